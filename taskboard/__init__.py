@@ -1,0 +1,60 @@
+"""taskboard: the storage-neutral coordination contract, and the tools that prove a Board keeps it.
+
+This module only re-exports; the code lives in private modules.
+"""
+
+from taskboard._check import check
+from taskboard._clock import Clock, ManualClock, SystemClock
+from taskboard._contract import (
+    Board,
+    ClaimRequest,
+    Code,
+    FailingBoard,
+    Lease,
+    Problem,
+    RenewingBoard,
+    State,
+    Task,
+)
+from taskboard._criteria import concurrent_claim, duplicate_token_submit
+from taskboard._errors import (
+    BlockedError,
+    BoardError,
+    CriterionError,
+    LeaseLostError,
+    NotFoundError,
+    TakenError,
+    TerminalError,
+)
+
+__all__ = [
+    "BlockedError",
+    "Board",
+    "BoardError",
+    "ClaimRequest",
+    "Clock",
+    "Code",
+    "CriterionError",
+    "FailingBoard",
+    "Lease",
+    "LeaseLostError",
+    "ManualClock",
+    "NotFoundError",
+    "Problem",
+    "RenewingBoard",
+    "State",
+    "SystemClock",
+    "TakenError",
+    "Task",
+    "TerminalError",
+    "check",
+    "concurrent_claim",
+    "duplicate_token_submit",
+]
+
+# Tracebacks, reprs and docs show the public path (taskboard.TakenError), not the private module.
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith("taskboard._"):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -1,0 +1,36 @@
+"""Hypothesis settings profiles for running the checker, registered when taskboard.stateful loads.
+
+Load one with ``settings.load_profile(name)``, ``pytest --hypothesis-profile=NAME`` or the
+``HYPOTHESIS_PROFILE`` variable of your own conftest. None of them is loaded for you.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, Phase, settings
+
+__all__ = ["CI", "DEV", "NIGHTLY", "register_profiles"]
+
+#: Quick local runs: the default example count, failures kept in the local database.
+DEV = "taskboard-dev"
+#: CI: derandomized (the same examples every run, so a red build is reproducible) and no
+#: example database, so a run never depends on what an earlier one left behind.
+CI = "taskboard-ci"
+#: Nightly fuzzing: many more and longer examples; the database keeps what it finds.
+NIGHTLY = "taskboard-nightly"
+
+# The explain phase replays a failure many times; on a state machine it costs several times
+# the search, so no profile here runs it.
+_BASE = settings(
+    deadline=None,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+    suppress_health_check=(HealthCheck.too_slow, HealthCheck.filter_too_much),
+)
+
+
+def register_profiles() -> None:
+    """Register the three taskboard profiles with Hypothesis (idempotent)."""
+    settings.register_profile(DEV, parent=_BASE, max_examples=100)
+    settings.register_profile(
+        CI, parent=_BASE, max_examples=100, derandomize=True, database=None, print_blob=True
+    )
+    settings.register_profile(NIGHTLY, parent=_BASE, max_examples=10_000, stateful_step_count=100)
