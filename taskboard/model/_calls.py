@@ -1,0 +1,154 @@
+"""One representation of an operation and of what a board did with it.
+
+The machine, the trace files, replay and the linearizability checker all speak
+in these values, so "claim t1 as a2 for 5ms" is written down exactly once.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import timedelta
+
+from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard, Task
+from taskboard._errors import (
+    BlockedError,
+    LeaseLostError,
+    NotFoundError,
+    TakenError,
+    TerminalError,
+)
+
+__all__ = ["CONTRACT_ERRORS", "Call", "Op", "Outcome", "describe_task", "format_duration"]
+
+
+class Op(enum.StrEnum):
+    """The board operations the model judges (``list_tasks`` is read after every step)."""
+
+    CLAIM = "claim"
+    RENEW = "renew"
+    RELEASE = "release"
+    COMPLETE = "complete"
+    FAIL = "fail"
+
+
+#: The exceptions that are contract outcomes, most specific first, by the name outcomes use.
+CONTRACT_ERRORS: dict[str, type[Exception]] = {
+    "NotFoundError": NotFoundError,
+    "TerminalError": TerminalError,
+    "BlockedError": BlockedError,
+    "TakenError": TakenError,
+    "LeaseLostError": LeaseLostError,
+    "ValueError": ValueError,
+}
+
+
+def format_duration(delta: timedelta) -> str:
+    """Render a duration exactly, in its largest whole unit: ``0s``, ``2h``, ``5ms``, ``7us``."""
+    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if micros == 0:
+        return "0s"
+    sign = "-" if micros < 0 else ""
+    micros = abs(micros)
+    for unit, size in (("h", 3_600_000_000), ("s", 1_000_000), ("ms", 1_000)):
+        if micros % size == 0:
+            return f"{sign}{micros // size}{unit}"
+    return f"{sign}{micros}us"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One operation on one task: what to call, with which arguments."""
+
+    op: Op
+    task_id: str
+    agent: str = ""
+    token: str = ""
+    ttl: timedelta = timedelta(0)
+
+    def invoke(self, board: Board) -> Task | None:
+        """Call this operation on ``board`` and return what it returned (or let it raise)."""
+        match self.op:
+            case Op.CLAIM:
+                return board.claim(self.task_id, self.agent, ClaimRequest(self.ttl))
+            case Op.RENEW:
+                assert isinstance(board, RenewingBoard)
+                return board.renew(self.task_id, self.token, ClaimRequest(self.ttl))
+            case Op.RELEASE:
+                board.release(self.task_id, self.token)
+            case Op.COMPLETE:
+                board.complete(self.task_id, self.token)
+            case Op.FAIL:
+                assert isinstance(board, FailingBoard)
+                board.fail(self.task_id, self.token)
+        return None
+
+    def __str__(self) -> str:
+        args = [repr(self.task_id)]
+        if self.op is Op.CLAIM:
+            args.append(f"agent={self.agent!r}")
+        else:
+            args.append(f"token={_short(self.token)}")
+        if self.op in (Op.CLAIM, Op.RENEW):
+            args.append(f"ttl={format_duration(self.ttl)}")
+        return f"{self.op}({', '.join(args)})"
+
+
+def _short(token: str) -> str:
+    return repr(token) if len(token) <= 12 else repr(token[:10] + "…")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the board did: returned (``error is None``) or raised the named exception.
+
+    ``error`` is the name of the contract class the exception is an instance of
+    (see :data:`CONTRACT_ERRORS`), or the exception's own class name when it is
+    no contract outcome at all. ``task`` is what ``claim``/``renew`` returned.
+    """
+
+    error: str | None = None
+    task: Task | None = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the board accepted the operation."""
+        return self.error is None
+
+    @classmethod
+    def returned(cls, value: object) -> Outcome:
+        """The outcome of a call that returned ``value``."""
+        return cls(task=value if isinstance(value, Task) else None)
+
+    @classmethod
+    def raised(cls, exc: BaseException) -> Outcome:
+        """The outcome of a call that raised ``exc``."""
+        for name, kind in CONTRACT_ERRORS.items():
+            if isinstance(exc, kind):
+                return cls(error=name, message=str(exc))
+        return cls(error=type(exc).__qualname__, message=str(exc))
+
+    @property
+    def is_contract_error(self) -> bool:
+        """True when the board raised one of the contract's outcomes."""
+        return self.error in CONTRACT_ERRORS
+
+    def __str__(self) -> str:
+        if self.error is None:
+            if self.task is None:
+                return "returned None"
+            return f"returned {describe_task(self.task)}"
+        return f"raised {self.error}({self.message!r})" if self.message else f"raised {self.error}"
+
+
+def describe_task(task: Task) -> str:
+    """A one-line rendering of a task as the board showed it."""
+    lease = task.lease
+    if lease is None:
+        lease_text = "no lease"
+    else:
+        until = "never expires" if lease.until is None else f"until {lease.until.isoformat()}"
+        lease_text = f"lease(token={_short(lease.token)}, fence={lease.fence!r}, {until})"
+    owner = f", owner={task.owner!r}" if task.owner else ""
+    return f"{task.id!r} {task.state}{owner}, {lease_text}, seq={task.seq!r}"
