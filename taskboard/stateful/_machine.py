@@ -1,0 +1,417 @@
+"""BoardMachine: Hypothesis drives a host's Board and the reference model side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+import networkx as nx
+from hypothesis import Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    multiple,
+    precondition,
+    rule,
+)
+
+from taskboard._check import check
+from taskboard._clock import ManualClock
+from taskboard._contract import Board, FailingBoard, RenewingBoard, Task
+from taskboard.model import (
+    BoardModel,
+    Call,
+    ContractViolation,
+    ExpiredLeasePolicy,
+    Op,
+    Outcome,
+    format_duration,
+)
+from taskboard.stateful._trace import Step, render_step
+
+__all__ = ["BoardMachine"]
+
+#: Task ids of every generated board. Few, so operations collide on the same task.
+TASK_IDS = ("t1", "t2", "t3")
+#: An id no generated board has.
+UNKNOWN_TASK_ID = "t404"
+#: Agent names repeat on purpose: agents are not identities, tokens are. The long
+#: non-ASCII name catches stores that truncate or re-encode the owner.
+AGENTS = ("a1", "a2", "a1", "ü-agent with a rather long name")
+#: Lease lengths in clock ticks: no expiry, short, and long.
+#: Lease lengths in clock ticks: mostly short, so leases expire within an example; 0 never
+#: expires; 10,000 outlives any example.
+TTL_TICKS = st.sampled_from((1, 2, 3, 5, 0, 10_000))
+TOKEN_OPS = (Op.RELEASE, Op.COMPLETE, Op.RENEW, Op.FAIL)
+#: Ways to act with a token that is not the task's lease's: another task's lease's token, or
+#: forgeries close to the real one (stores that compare by prefix, truncate or fold case).
+WRONG_TOKENS = (
+    "another task's",
+    "never issued",
+    "empty",
+    "one char longer",
+    "one char shorter",
+    "other case",
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class LeaseRef:
+    """A lease some claim returned, kept so later steps can act with its token."""
+
+    label: str
+    task_id: str
+    token: str
+    fence: int
+    agent: str
+
+    def __repr__(self) -> str:
+        return f"<{self.label}: lease of {self.task_id!r} for {self.agent!r}, fence {self.fence}>"
+
+
+def _forge(token: str, forgery: str) -> str:
+    match forgery:
+        case "never issued":
+            return "forged-token-0000"
+        case "empty":
+            return ""
+        case "one char longer":
+            return token + "0"
+        case "one char shorter":
+            return token[:-1]
+        case _:
+            swapped = token.swapcase()
+            return swapped if swapped != token else token + "X"
+
+
+@st.composite
+def dependency_graphs(draw: st.DrawFn) -> dict[str, tuple[str, ...]]:
+    """An acyclic dependency graph over :data:`TASK_IDS`: each task may depend on earlier ones
+    in a drawn order. Edges are rare and shrink away."""
+    order = draw(st.permutations(TASK_IDS))
+    deps: dict[str, tuple[str, ...]] = {}
+    for i, task_id in enumerate(order):
+        chosen = [d for d in order[:i] if draw(st.sampled_from((False, False, False, True)))]
+        deps[task_id] = tuple(chosen)
+    return {task_id: deps[task_id] for task_id in TASK_IDS}
+
+
+class BoardMachine(RuleBasedStateMachine):
+    """Checks a host's Board against the reference model, step by step.
+
+    Subclass it and define :meth:`make_board`; ``TestMyBoard = MyMachine.TestCase``
+    then runs it under pytest or unittest. Hypothesis interleaves claims,
+    renews, releases, completions, failures, stale and forged tokens, unknown
+    ids and clock jumps (including to exactly a lease's expiry and one tick
+    before it). After every step the machine checks the outcome against the
+    model, the whole ``list_tasks()`` snapshot task by task, ``check()``, fence
+    growth, token freshness, that no two holders are live at once, and ``seq``
+    (SPEC section 6). A failure raises :class:`taskboard.model.ContractViolation`
+    with the step, what the contract expected and why, what the board did, and
+    the trace that led there.
+
+    Class attributes a host may set:
+
+    * ``clock_resolution``: the smallest time step the store keeps (default 1 ms,
+      what Redis ``PX`` keeps and finer than most hosts need). Start times, TTLs
+      and clock jumps are drawn as multiples of it, so expiry boundaries stay
+      exact; an ``until`` off by less than one resolution is accepted.
+    * ``expired_lease_policy``: SPEC 3.4, what the board does with
+      release/complete/fail by the current token of an expired lease nobody has
+      taken over: ``"either"`` (default, both accepted), ``"accept"`` or ``"reject"``.
+    """
+
+    clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
+    expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
+
+    leases = Bundle("leases")
+
+    def __init__(self) -> None:
+        super().__init__()
+        cls = type(self)
+        if cls.make_board is BoardMachine.make_board:
+            raise TypeError(
+                f"{cls.__qualname__} must define make_board(self, tasks, clock) returning a "
+                "fresh Board that holds `tasks` and reads time only from `clock`"
+            )
+        resolution: object = cls.clock_resolution
+        if not isinstance(resolution, timedelta) or resolution <= timedelta(0):
+            raise TypeError(
+                f"{cls.__qualname__}.clock_resolution must be a positive timedelta, "
+                f"got {resolution!r}"
+            )
+        if cls.expired_lease_policy not in ("either", "accept", "reject"):
+            raise TypeError(
+                f"{cls.__qualname__}.expired_lease_policy must be 'either', 'accept' or "
+                f"'reject', got {cls.expired_lease_policy!r}"
+            )
+        self.tick = resolution
+        self.board: Board | None = None
+        self.trace: list[Step] = []
+        self._labels: dict[str, str] = {}
+        # Every lease's latest until, and the leases their holders gave up (released, ...).
+        self._untils: dict[str, datetime | None] = {}
+        self._given_up: set[str] = set()
+
+    @classmethod
+    def _to_test_case(cls) -> Any:  # type: ignore[override]  # Hypothesis wraps it in lru_cache
+        # Hypothesis's explain phase replays a failure many times to annotate it; on a state
+        # machine that costs several times the search itself, so the TestCase leaves it out.
+        case = super()._to_test_case()
+        if not getattr(case, "_taskboard_settings", False):
+            phases = tuple(p for p in case.settings.phases if p is not Phase.explain)
+            case.settings = settings(case.settings, phases=phases)
+            setattr(case, "_taskboard_settings", True)  # noqa: B010
+        return case
+
+    # -- hooks -------------------------------------------------------------------------------
+
+    def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Board:
+        """Return a fresh, isolated Board holding ``tasks`` that reads time only from ``clock``."""
+        raise NotImplementedError
+
+    def close_board(self, board: Board) -> None:
+        """Release what :meth:`make_board` acquired; runs at the end of every example."""
+
+    def teardown(self) -> None:
+        """Hand the board to :meth:`close_board`."""
+        if self.board is not None:
+            self.close_board(self.board)
+
+    # -- set-up --------------------------------------------------------------------------------
+
+    @initialize(deps=dependency_graphs(), start_ticks=st.integers(0, 10**6))
+    def start(self, deps: dict[str, tuple[str, ...]], start_ticks: int) -> None:
+        """Make a board of three open tasks with the drawn dependencies, at the drawn time."""
+        graph: nx.DiGraph[str] = nx.DiGraph([(t, d) for t, ds in deps.items() for d in ds])
+        graph.add_nodes_from(deps)
+        assert nx.is_directed_acyclic_graph(graph), f"generated a cyclic graph {deps!r}"
+        aligned = _EPOCH + ((_START - _EPOCH) // self.tick) * self.tick
+        self.start_time = aligned + start_ticks * self.tick
+        self.clock = ManualClock(self.start_time)
+        tasks = [Task(id=t, title=f"task {t}", deps=deps[t]) for t in TASK_IDS]
+        board = self.make_board(tasks, self.clock)
+        if not isinstance(board, Board):
+            raise TypeError(
+                f"{type(self).__qualname__}.make_board returned {board!r}, which is not a "
+                "Board (it needs list_tasks, claim, release and complete)"
+            )
+        self.board = board
+        self.renewing = isinstance(board, RenewingBoard)
+        self.failing = isinstance(board, FailingBoard)
+        self.model = BoardModel.start(
+            tasks, policy=type(self).expired_lease_policy, resolution=self.tick
+        )
+        self._observe(None)
+
+    # -- rules: the operations -----------------------------------------------------------------
+
+    @rule(
+        target=leases,
+        task=st.sampled_from(TASK_IDS),
+        agent=st.sampled_from(AGENTS),
+        ttl_ticks=TTL_TICKS,
+    )
+    def claim(self, task: str, agent: str, ttl_ticks: int) -> Any:
+        """Claim a task for an agent, for ``ttl_ticks`` clock ticks (0: no expiry)."""
+        outcome = self._perform(Call(Op.CLAIM, task, agent=agent, ttl=ttl_ticks * self.tick))
+        if outcome.task is None or outcome.task.lease is None or not outcome.ok:
+            return multiple()
+        lease = outcome.task.lease
+        label = self._labels[lease.token]
+        return LeaseRef(label, task, lease.token, lease.fence, agent)
+
+    @rule(target=leases, lease=leases, agent=st.sampled_from(AGENTS), ttl_ticks=TTL_TICKS)
+    def reclaim(self, lease: LeaseRef, agent: str, ttl_ticks: int) -> Any:
+        """Claim the task of an earlier lease again: a takeover once that lease has expired."""
+        return self.claim(lease.task_id, agent, ttl_ticks)
+
+    @precondition(lambda self: self.renewing)
+    @rule(lease=leases, ttl_ticks=TTL_TICKS)
+    def renew(self, lease: LeaseRef, ttl_ticks: int) -> None:
+        """Renew with a lease's token (it may be stale by now)."""
+        self._perform(Call(Op.RENEW, lease.task_id, token=lease.token, ttl=ttl_ticks * self.tick))
+
+    @rule(lease=leases)
+    def release(self, lease: LeaseRef) -> None:
+        """Release with a lease's token (it may be stale by now)."""
+        self._perform(Call(Op.RELEASE, lease.task_id, token=lease.token))
+
+    @rule(lease=leases)
+    def complete(self, lease: LeaseRef) -> None:
+        """Complete with a lease's token (it may be stale by now)."""
+        self._perform(Call(Op.COMPLETE, lease.task_id, token=lease.token))
+
+    @precondition(lambda self: self.failing)
+    @rule(lease=leases)
+    def fail(self, lease: LeaseRef) -> None:
+        """Fail with a lease's token (it may be stale by now)."""
+        self._perform(Call(Op.FAIL, lease.task_id, token=lease.token))
+
+    @rule(op=st.sampled_from(TOKEN_OPS), lease=leases, how=st.sampled_from(WRONG_TOKENS))
+    def act_with_wrong_token(self, op: Op, lease: LeaseRef, how: str) -> None:
+        """Act on a lease's task with a token that is not its: another task's, or a forgery."""
+        if not self._supports(op):
+            return
+        if how == "another task's":
+            others = TASK_IDS[TASK_IDS.index(lease.task_id) + 1 :] + TASK_IDS
+            self._perform(Call(op, others[0], token=lease.token, ttl=self.tick))
+        else:
+            self._perform(Call(op, lease.task_id, token=_forge(lease.token, how), ttl=self.tick))
+
+    @rule(
+        op=st.sampled_from((Op.CLAIM, *TOKEN_OPS)),
+        task=st.sampled_from(TASK_IDS),
+        unknown=st.booleans(),
+    )
+    def misuse(self, op: Op, task: str, unknown: bool) -> None:
+        """Any operation on an id no task has (``unknown``); else a claim with an empty agent,
+        or an action with a token nobody issued."""
+        if not self._supports(op):
+            return
+        agent = "a1" if unknown else ""
+        self._perform(
+            Call(op, UNKNOWN_TASK_ID if unknown else task, agent=agent, token="", ttl=self.tick)
+        )
+
+    # -- rules: the clock ----------------------------------------------------------------------
+
+    @rule(ticks=st.one_of(st.integers(1, 10), st.just(10_000)))
+    def advance_clock(self, ticks: int) -> None:
+        """Move the clock forward by some ticks."""
+        self._move_clock(self.clock.now() + ticks * self.tick, "")
+
+    @precondition(lambda self: bool(self._expiring()))
+    @rule(which=st.integers(0, len(TASK_IDS) - 1), early=st.booleans())
+    def advance_to_expiry(self, which: int, early: bool) -> None:
+        """Move the clock to exactly a live lease's ``until``, or to one tick before it."""
+        expiring = self._expiring()
+        token, until = expiring[which % len(expiring)]
+        target = until - self.tick if early else until
+        where = "one tick before" if early else "exactly"
+        self._move_clock(max(target, self.clock.now()), f"to {where} {self._label(token)}'s until")
+
+    def _expiring(self) -> list[tuple[str, datetime]]:
+        now = self.clock.now()
+        return [
+            (t.lease.token, t.lease.until)
+            for t in self.model.tasks
+            if t.lease is not None and t.lease.until is not None and now < t.lease.until
+        ]
+
+    # -- the checks ----------------------------------------------------------------------------
+
+    def _supports(self, op: Op) -> bool:
+        return (op is not Op.RENEW or self.renewing) and (op is not Op.FAIL or self.failing)
+
+    def _move_clock(self, target: datetime | None, note: str) -> None:
+        before = self.clock.now()
+        if target is not None:
+            self.clock.set(target)
+        moved = self.clock.now() - before
+        self.trace.append(Step(len(self.trace) + 1, before, advance=moved, note=note))
+        self._check_live_holders()
+
+    def _perform(self, call: Call) -> Outcome:
+        assert self.board is not None
+        now = self.clock.now()
+        allowed = self.model.expect(call, now)
+        board_exc: BaseException | None = None
+        try:
+            outcome = Outcome.returned(call.invoke(self.board))
+        except Exception as exc:
+            board_exc = exc
+            outcome = Outcome.raised(exc)
+        step = Step(len(self.trace) + 1, now, call, outcome, allowed)
+        if outcome.ok and outcome.task is not None and outcome.task.lease is not None:
+            token = outcome.task.lease.token
+            if isinstance(token, str) and token not in self._labels:
+                self._labels[token] = f"L{len(self._labels) + 1}"
+        self.trace.append(step)
+        try:
+            self.model = self.model.advance(call, now, outcome)
+        except ContractViolation as violation:
+            raise self._report(violation, step) from board_exc
+        self._remember_untils(call, outcome)
+        self._observe(step)
+        return outcome
+
+    def _remember_untils(self, call: Call, outcome: Outcome) -> None:
+        if not outcome.ok:
+            return
+        if call.op in (Op.CLAIM, Op.RENEW):
+            task = self.model.task(call.task_id)
+            assert task is not None
+            assert task.lease is not None
+            self._untils[task.lease.token] = task.lease.until
+        else:
+            self._given_up.add(call.token)
+
+    def _observe(self, step: Step | None) -> None:
+        assert self.board is not None
+        try:
+            snapshot = list(self.board.list_tasks())
+        except Exception as exc:
+            violation = ContractViolation(
+                "SPEC 3.7", "list_tasks() to return a snapshot", f"raised {exc!r}"
+            )
+            raise self._report(violation, step) from exc
+        try:
+            self.model = self.model.reconcile(snapshot)
+            problems = check(snapshot)
+            if problems:
+                raise ContractViolation(
+                    "SPEC 4 and 6",
+                    "check(list_tasks()) == [] after every step",
+                    "listed a snapshot with problems: "
+                    + "; ".join(f"{p.task!r} {p.code}: {p.text}" for p in problems),
+                )
+            self._check_live_holders()
+        except ContractViolation as violation:
+            raise self._report(violation, step) from None
+
+    def _check_live_holders(self) -> None:
+        # Independent of the model's snapshot: from the outcomes alone, who believes they hold
+        # which task, live, right now.
+        now = self.clock.now()
+        holders: dict[str, list[str]] = {}
+        for issued in self.model.issued:
+            until = self._untils.get(issued.token)
+            if issued.token not in self._given_up and (until is None or now < until):
+                holders.setdefault(issued.task_id, []).append(issued.token)
+        for task_id, tokens in holders.items():
+            if len(tokens) > 1:
+                raise ContractViolation(
+                    "SPEC 6",
+                    f"at most one live holder of task {task_id!r}",
+                    "let " + " and ".join(map(self._label, tokens)) + " hold it live at once",
+                )
+
+    def _report(self, violation: ContractViolation, step: Step | None) -> ContractViolation:
+        where = "the initial snapshot" if step is None else f"step {step.index}"
+        lines = [f"contract violation at {where}", ""]
+        if step is not None and step.call is not None:
+            lines.append(f"  step      {render_step(step, self.start_time, self._label).strip()}")
+        lines += [
+            f"  clause    {violation.clause}",
+            f"  expected  {violation.expected}",
+            f"  board     {violation.observed}",
+            "",
+            f"trace (clock starts at {self.start_time.isoformat()}, "
+            f"resolution {format_duration(self.tick)}; L<n> is the n-th lease a claim returned):",
+        ]
+        for earlier in self.trace:
+            marker = ">>" if step is not None and earlier.index == step.index else ""
+            lines.append(render_step(earlier, self.start_time, self._label, marker=marker))
+        report = ContractViolation(violation.clause, violation.expected, violation.observed)
+        report.args = ("\n".join(lines),)
+        return report
+
+    def _label(self, token: str) -> str:
+        return self._labels.get(token, repr(token))

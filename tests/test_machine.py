@@ -1,0 +1,243 @@
+"""BoardMachine: correct hosts pass, hooks are checked, reports read like bug reports."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from taskboard import Board, ClaimRequest, Clock, Task
+from taskboard.hosts.memory import MemoryBoard
+from taskboard.hosts.sqlite import SQLiteBoard
+from taskboard.model import Op, is_live
+from taskboard.stateful import BoardMachine, ContractViolation
+from taskboard.stateful._machine import LeaseRef
+
+QUICK = settings(
+    max_examples=100,
+    database=None,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.generate, Phase.shrink],
+)
+
+
+class MemoryMachine(BoardMachine):
+    expired_lease_policy = "accept"
+
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+        return MemoryBoard(tasks, clock)
+
+
+class SQLiteMachine(BoardMachine):
+    expired_lease_policy = "reject"
+
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+        return SQLiteBoard(tasks, clock)
+
+    def close_board(self, board: Board) -> None:
+        assert isinstance(board, SQLiteBoard)
+        board.close()
+
+
+class EitherPolicySQLiteMachine(SQLiteMachine):
+    expired_lease_policy = "either"
+
+
+TestMemoryBoard = MemoryMachine.TestCase
+TestSQLiteBoard = SQLiteMachine.TestCase
+TestSQLiteBoardUnpinned = EitherPolicySQLiteMachine.TestCase
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("machine", [MemoryMachine, SQLiteMachine])
+def test_reference_hosts_pass_a_thousand_examples(machine: type[BoardMachine]) -> None:
+    """Both reference hosts pass 1,000 examples with zero false alarms."""
+    run_state_machine_as_test(machine, settings=settings(QUICK, max_examples=1000))
+
+
+def test_policy_pinned_against_the_board_is_caught() -> None:
+    """A board that accepts SPEC 3.4 actions fails a machine pinned to "reject"."""
+
+    class Pinned(MemoryMachine):
+        expired_lease_policy = "reject"
+
+    with pytest.raises(ContractViolation, match=r"SPEC 3\.4"):
+        run_state_machine_as_test(Pinned, settings=QUICK)
+
+
+def test_missing_make_board_names_the_hook() -> None:
+    """A subclass without make_board gets a TypeError that names the hook."""
+
+    class NoBoard(BoardMachine):
+        pass
+
+    with pytest.raises(TypeError, match=r"NoBoard must define make_board\(self, tasks, clock\)"):
+        NoBoard()
+
+
+def test_make_board_returning_a_non_board_is_a_clear_error() -> None:
+    """make_board returning something that is not a Board is a TypeError naming it."""
+
+    class NotABoard(BoardMachine):
+        def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+            return object()  # type: ignore[return-value]
+
+    with pytest.raises(TypeError, match=r"make_board returned <object object"):
+        run_state_machine_as_test(NotABoard, settings=settings(QUICK, max_examples=1))
+
+
+@pytest.mark.parametrize("bad", [timedelta(0), timedelta(seconds=-1), 0.001])
+def test_bad_clock_resolution_is_rejected(bad: object) -> None:
+    """clock_resolution must be a positive timedelta."""
+    machine = type("BadResolution", (MemoryMachine,), {"clock_resolution": bad})
+    with pytest.raises(TypeError, match="clock_resolution must be a positive timedelta"):
+        machine()
+
+
+def test_bad_expired_lease_policy_is_rejected() -> None:
+    """expired_lease_policy must be one of the three SPEC 3.4 choices."""
+    machine = type("BadPolicy", (MemoryMachine,), {"expired_lease_policy": "sometimes"})
+    with pytest.raises(TypeError, match="expired_lease_policy must be"):
+        machine()
+
+
+def test_close_board_runs_once_per_board() -> None:
+    """close_board receives every board make_board made, at teardown."""
+    made: list[Board] = []
+    closed: list[Board] = []
+
+    class Counting(MemoryMachine):
+        def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+            made.append(MemoryBoard(tasks, clock))
+            return made[-1]
+
+        def close_board(self, board: Board) -> None:
+            closed.append(board)
+
+    run_state_machine_as_test(Counting, settings=settings(QUICK, max_examples=10))
+    assert made
+    assert [id(b) for b in closed] == [id(b) for b in made]
+
+
+class WholeSecondsBoard(MemoryBoard):
+    """A correct host that keeps time in whole seconds, as many SQLite hosts do."""
+
+    def list_tasks(self) -> list[Task]:
+        return [_truncate(t) for t in super().list_tasks()]
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        return _truncate(super().claim(task_id, agent, request))
+
+    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
+        return _truncate(super().renew(task_id, token, request))
+
+
+def _truncate(task: Task) -> Task:
+    if task.lease is None or task.lease.until is None:
+        return task
+    until = task.lease.until.replace(microsecond=0)
+    return dataclasses.replace(task, lease=dataclasses.replace(task.lease, until=until))
+
+
+class WholeSecondsMachine(MemoryMachine):
+    clock_resolution = timedelta(seconds=1)
+
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+        return WholeSecondsBoard(tasks, clock)
+
+
+def test_coarse_resolution_host_passes_at_its_declared_resolution() -> None:
+    """A whole-seconds host gets no false alarm when it declares clock_resolution = 1 s."""
+    run_state_machine_as_test(WholeSecondsMachine, settings=QUICK)
+
+
+def test_coarse_resolution_host_fails_at_a_finer_resolution() -> None:
+    """The same host is caught when the machine draws times at the default 1 ms."""
+
+    class Undeclared(WholeSecondsMachine):
+        clock_resolution = BoardMachine.clock_resolution
+
+    with pytest.raises(ContractViolation, match="until"):
+        run_state_machine_as_test(Undeclared, settings=QUICK)
+
+
+class RenewWithoutTokenCheck(MemoryBoard):
+    """Renews whatever lease the task has, whoever asks."""
+
+    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
+        task = next((t for t in self.list_tasks() if t.id == task_id), None)
+        if task is not None and task.lease is not None:
+            token = task.lease.token
+        return super().renew(task_id, token, request)
+
+
+def test_failure_report_names_step_clause_expectation_and_trace() -> None:
+    """A violation reads like a bug report: step, clause, expected and why, board, trace."""
+
+    class Buggy(MemoryMachine):
+        def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+            return RenewWithoutTokenCheck(tasks, clock)
+
+    with pytest.raises(ContractViolation) as caught:
+        run_state_machine_as_test(Buggy, settings=QUICK)
+    report = str(caught.value)
+    assert report.startswith("contract violation at step ")
+    for heading in ("  step ", "  clause    SPEC 3.5", "  expected  LeaseLostError", "  board "):
+        assert heading in report
+    assert "trace (clock starts at" in report
+    assert " >> " in report
+    assert "renew(" in report
+
+
+class CoverageMachine(MemoryMachine):
+    """Records which boundary transitions the machine reached."""
+
+    reached: ClassVar[Counter[str]] = Counter()
+
+    def _perform(self, call: Any) -> Any:
+        now = self.clock.now()
+        before = self.model.task(call.task_id)
+        outcome = super()._perform(call)
+        if before is None or before.lease is None:
+            return outcome
+        until = before.lease.until
+        at_boundary = until is not None and now == until
+        stale = call.op is not Op.CLAIM and call.token != before.lease.token
+        name = f"{call.op}:{'ok' if outcome.ok else outcome.error}"
+        if at_boundary:
+            self.reached[f"{name}@exactly-until"] += 1
+        if call.op is Op.CLAIM and outcome.ok and not is_live(before.lease, now):
+            self.reached["takeover"] += 1
+        if stale and self.model.lease_of(call.token) is not None:
+            self.reached[f"{name}@stale-token"] += 1
+        return outcome
+
+
+def test_machine_reaches_boundaries_takeovers_and_stale_tokens() -> None:
+    """Default runs reach exact-expiry claims and renews, takeovers and stale-token actions."""
+    CoverageMachine.reached.clear()
+    run_state_machine_as_test(CoverageMachine, settings=QUICK)
+    reached = CoverageMachine.reached
+    for transition in (
+        "takeover",
+        "claim:ok@exactly-until",
+        "renew:LeaseLostError@exactly-until",
+        "release:LeaseLostError@stale-token",
+        "complete:LeaseLostError@stale-token",
+        "renew:LeaseLostError@stale-token",
+    ):
+        assert reached[transition] > 0, f"{transition} never reached: {dict(reached)}"
+
+
+def test_lease_refs_read_well_in_printed_programs() -> None:
+    """Bundle values say which lease they are, for Hypothesis's printed steps."""
+    ref = LeaseRef("L2", "t1", "tok", 3, "a1")
+    assert repr(ref) == "<L2: lease of 't1' for 'a1', fence 3>"
