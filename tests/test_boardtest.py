@@ -1,0 +1,119 @@
+"""BoardContract: the reference hosts pass it whole; a board without renew fails it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from taskboard import Board, ClaimRequest, Clock, ManualClock, Task
+from taskboard.boardtest import BoardContract
+from taskboard.hosts.memory import MemoryBoard
+from taskboard.hosts.sqlite import SQLiteBoard
+
+
+class TestMemoryBoardContract(BoardContract):
+    expired_lease_policy = "accept"
+
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+        return MemoryBoard(tasks, clock)
+
+
+class TestSQLiteBoardContract(BoardContract):
+    expired_lease_policy = "reject"
+
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+        return SQLiteBoard(tasks, clock)
+
+    def close_board(self, board: Board) -> None:
+        assert isinstance(board, SQLiteBoard)
+        board.close()
+
+
+class NoRenewBoard:
+    """A board with everything but renew and fail."""
+
+    def __init__(self, tasks: Sequence[Task], clock: Clock) -> None:
+        self._inner = MemoryBoard(tasks, clock)
+
+    def list_tasks(self) -> list[Task]:
+        return self._inner.list_tasks()
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        return self._inner.claim(task_id, agent, request)
+
+    def release(self, task_id: str, token: str) -> None:
+        self._inner.release(task_id, token)
+
+    def complete(self, task_id: str, token: str) -> None:
+        self._inner.complete(task_id, token)
+
+
+class NoRenewContract(BoardContract):
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+        return NoRenewBoard(tasks, clock)
+
+
+def test_a_board_without_renew_fails_rather_than_skips() -> None:
+    """The suite fails a board that is not a RenewingBoard, naming renew and why."""
+    board = NoRenewBoard([Task("t1")], ManualClock())
+    with pytest.raises(pytest.fail.Exception, match=r"has no renew.*fails rather than skips"):
+        NoRenewContract().renewing(board)
+
+
+def test_a_board_without_fail_skips_the_fail_tests_with_a_reason() -> None:
+    """The fail-path tests skip on a board without fail(), saying SPEC 3.6 is optional."""
+    board = NoRenewBoard([Task("t1")], ManualClock())
+    with pytest.raises(pytest.skip.Exception, match=r"has no fail\(\): SPEC 3\.6 is optional"):
+        NoRenewContract().failing(board)
+
+
+def test_missing_make_board_names_the_hook() -> None:
+    """A contract subclass without make_board says which hook to define."""
+
+    class Empty(BoardContract):
+        pass
+
+    with pytest.raises(NotImplementedError, match=r"Empty must define make_board"):
+        Empty().make_board([], ManualClock())
+
+
+def test_every_clause_test_names_its_clause() -> None:
+    """Every test in the suite has a docstring naming the SPEC clause it pins."""
+    tests = [name for name in dir(BoardContract) if name.startswith("test_")]
+    assert len(tests) >= 30
+    for name in tests:
+        doc = getattr(BoardContract, name).__doc__ or ""
+        assert doc.startswith("SPEC "), f"{name} docstring does not name its clause: {doc!r}"
+
+
+def test_close_board_runs_for_every_board_a_test_made(pytester: pytest.Pytester) -> None:
+    """close_board runs after each test for each board that test made."""
+    pytester.makepyfile(
+        """
+        from taskboard.boardtest import BoardContract
+        from taskboard.hosts.memory import MemoryBoard
+
+        made, closed = [], []
+
+        class TestIt(BoardContract):
+            def make_board(self, tasks, clock):
+                made.append(MemoryBoard(tasks, clock))
+                return made[-1]
+
+            def close_board(self, board):
+                closed.append(board)
+
+        def test_zz_all_closed():
+            assert made and [id(b) for b in made] == [id(b) for b in closed]
+        """
+    )
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "not state_machine and not criteria and not concurrent and not duplicate",
+    )
+    result.assert_outcomes(
+        passed=len([n for n in dir(BoardContract) if n.startswith("test_")]) - 3 + 1
+    )
