@@ -19,9 +19,8 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard import Board, Clock, Task
 from taskboard.hosts.memory import MemoryBoard
-from taskboard.model import Call, Outcome
+from taskboard.model import Call, Outcome, Step
 from taskboard.stateful import BoardMachine
-from taskboard.stateful._machine import Step
 
 
 class Counted(BoardMachine):

@@ -2,14 +2,15 @@
 
 from taskboard.model._calls import (
     CONTRACT_ERRORS,
+    Allowed,
     Call,
     Op,
     Outcome,
+    Step,
     describe_task,
     format_duration,
 )
 from taskboard.model._model import (
-    Allowed,
     BoardModel,
     ContractViolation,
     ExpiredLeasePolicy,
@@ -27,6 +28,7 @@ __all__ = [
     "IssuedLease",
     "Op",
     "Outcome",
+    "Step",
     "describe_task",
     "format_duration",
     "is_live",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard, Task
 from taskboard._errors import (
@@ -19,7 +19,16 @@ from taskboard._errors import (
     TerminalError,
 )
 
-__all__ = ["CONTRACT_ERRORS", "Call", "Op", "Outcome", "describe_task", "format_duration"]
+__all__ = [
+    "CONTRACT_ERRORS",
+    "Allowed",
+    "Call",
+    "Op",
+    "Outcome",
+    "Step",
+    "describe_task",
+    "format_duration",
+]
 
 
 class Op(enum.StrEnum):
@@ -152,3 +161,34 @@ def describe_task(task: Task) -> str:
         lease_text = f"lease(token={_short(lease.token)}, fence={lease.fence!r}, {until})"
     owner = f", owner={task.owner!r}" if task.owner else ""
     return f"{task.id!r} {task.state}{owner}, {lease_text}, seq={task.seq!r}"
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """One outcome the contract allows: an error class (by name), or success when ``None``."""
+
+    error: str | None
+    clause: str
+    reason: str
+
+    def __str__(self) -> str:
+        what = "success" if self.error is None else self.error
+        return f"{what} ({self.clause}: {self.reason})"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a run: a board call with its outcome, or a move of the clock.
+
+    ``at`` is the clock when the step ran; ``allowed`` is what the model
+    allowed for the call; ``advance`` is how far a clock step moved the clock;
+    ``note`` says why a clock step went where it went.
+    """
+
+    index: int
+    at: datetime
+    call: Call | None = None
+    outcome: Outcome | None = None
+    allowed: tuple[Allowed, ...] = ()
+    advance: timedelta | None = None
+    note: str = ""

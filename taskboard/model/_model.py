@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from taskboard._contract import Lease, State, Task
-from taskboard.model._calls import Call, Op, Outcome, describe_task, format_duration
+from taskboard.model._calls import Allowed, Call, Op, Outcome, Step, describe_task, format_duration
 
 __all__ = [
     "Allowed",
@@ -52,6 +52,11 @@ class ContractViolation(AssertionError):
     runners report it as a test failure, not as an error in the test itself.
     """
 
+    #: The step that broke the contract (``None`` for the initial snapshot), when known.
+    step: Step | None = None
+    #: Every step of the run up to and including :attr:`step`, when known.
+    trace: tuple[Step, ...] = ()
+
     def __init__(self, clause: str, expected: str, observed: str) -> None:
         self.clause = clause
         self.expected = expected
@@ -67,19 +72,6 @@ def is_live(lease: Lease | None, now: datetime) -> bool:
 def _utc(when: datetime) -> datetime:
     # A naive datetime read back from storage is taken as UTC rather than rejected.
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when
-
-
-@dataclass(frozen=True)
-class Allowed:
-    """One outcome the contract allows: an error class (by name), or success when ``None``."""
-
-    error: str | None
-    clause: str
-    reason: str
-
-    def __str__(self) -> str:
-        what = "success" if self.error is None else self.error
-        return f"{what} ({self.clause}: {self.reason})"
 
 
 @dataclass(frozen=True)

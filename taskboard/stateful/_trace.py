@@ -3,30 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from taskboard.model import Allowed, Call, Op, Outcome, format_duration
+from taskboard.model import Op, Outcome, Step, format_duration
 
-__all__ = ["Step", "render_step"]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a run: a board call with its outcome, or a move of the clock.
-
-    ``at`` is the clock when the step ran; ``allowed`` is what the model
-    allowed for the call; ``note`` says why a step changed nothing (a clock
-    jump to an expiry that has already passed, say).
-    """
-
-    index: int
-    at: datetime
-    call: Call | None = None
-    outcome: Outcome | None = None
-    allowed: tuple[Allowed, ...] = ()
-    advance: timedelta | None = None
-    note: str = ""
+__all__ = ["render_step"]
 
 
 def render_step(
