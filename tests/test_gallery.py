@@ -1,0 +1,85 @@
+"""The bug gallery against the checker: every mutant board must be caught."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from taskboard import Board, ManualClock, Task, concurrent_claim, duplicate_token_submit
+from taskboard.hosts.memory import MemoryBoard
+from taskboard.hosts.mutants import MUTANTS, CheckThenWriteComplete, NonAtomicClaim, _HookedBoard
+from taskboard.stateful import BoardMachine, ContractViolation
+
+SETTINGS = settings(
+    max_examples=300,
+    database=None,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+)
+SEQUENTIAL = [m for m in MUTANTS if not m.concurrent]  # type: ignore[attr-defined]
+CONCURRENT = [m for m in MUTANTS if m.concurrent]  # type: ignore[attr-defined]
+ROUNDS = 5  # races per concurrent mutant; one is normally enough
+RACERS = ["a", "b", "a", "c", "a", "b", "c", "a"]
+#: The criterion that must see each concurrent mutant's bug: it returns the winner count.
+CRITERIA: dict[type[MemoryBoard], Callable[[MemoryBoard], int]] = {
+    NonAtomicClaim: lambda board: concurrent_claim(board, "t1", RACERS),
+    CheckThenWriteComplete: lambda board: duplicate_token_submit(board, "t1", len(RACERS)),
+}
+
+
+def machine_for(board_class: type[MemoryBoard]) -> type[BoardMachine]:
+    """A BoardMachine whose boards are ``board_class``."""
+
+    class Machine(BoardMachine):
+        def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Board:
+            return board_class(tasks, clock)
+
+    Machine.__name__ = Machine.__qualname__ = f"{board_class.__name__}Machine"
+    return Machine
+
+
+def fresh(board_class: type[MemoryBoard]) -> MemoryBoard:
+    """One open task ``t1`` with no dependencies."""
+    return board_class([Task(id="t1")], ManualClock())
+
+
+def test_registry() -> None:
+    """MUTANTS has at least 15 uniquely named, documented classes, two of them concurrent."""
+    names = [m.__name__ for m in MUTANTS]
+    assert len(MUTANTS) >= 15
+    assert len(set(names)) == len(names)
+    assert all((m.__doc__ or "").strip() for m in MUTANTS)
+    assert all(isinstance(m.concurrent, bool) for m in MUTANTS)  # type: ignore[attr-defined]
+    assert set(CONCURRENT) == set(CRITERIA)
+
+
+def test_hooked_base_passes() -> None:
+    """The unmutated hook base passes the machine, so every catch below is the mutant's bug."""
+    run_state_machine_as_test(machine_for(_HookedBoard), settings=SETTINGS)
+
+
+@pytest.mark.parametrize("mutant", SEQUENTIAL, ids=lambda m: m.__name__)
+def test_machine_catches(mutant: type[MemoryBoard]) -> None:
+    """BoardMachine finds a contract violation in the sequential mutant within 300 examples."""
+    # Hypothesis reports several distinct violations as one ExceptionGroup (report_multiple_bugs).
+    with pytest.raises((ContractViolation, ExceptionGroup)) as caught:
+        run_state_machine_as_test(machine_for(mutant), settings=SETTINGS)
+    if isinstance(caught.value, ExceptionGroup):
+        _, other = caught.value.split(ContractViolation)
+        assert other is None, f"{mutant.__name__} raised more than contract violations"
+
+
+@pytest.mark.parametrize("mutant", CONCURRENT, ids=lambda m: m.__name__)
+def test_criterion_catches(mutant: type[MemoryBoard]) -> None:
+    """The concurrency criterion sees more than one winner within a few rounds."""
+    counts = []
+    for _ in range(ROUNDS):
+        counts.append(CRITERIA[mutant](fresh(mutant)))
+        if counts[-1] > 1:
+            break
+    assert max(counts) > 1, f"{mutant.__name__}: winners per round {counts}"
