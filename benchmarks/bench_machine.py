@@ -59,11 +59,11 @@ class Unchecked(Counted):
     def _check_live_holders(self) -> None:
         pass
 
-    def _expiring(self) -> list[tuple[str, datetime]]:
+    def _expiring(self) -> list[tuple[str, str, datetime]]:
         assert self.board is not None
         now = self.clock.now()
         return [
-            (t.lease.token, t.lease.until)
+            (t.id, t.lease.token, t.lease.until)
             for t in self.board.list_tasks()
             if t.lease is not None and t.lease.until is not None and now < t.lease.until
         ]

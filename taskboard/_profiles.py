@@ -20,8 +20,11 @@ NIGHTLY = "taskboard-nightly"
 
 # The explain phase replays a failure many times; on a state machine it costs several times
 # the search, so no profile here runs it.
+# One failure, shrunk, per run: a checker's report should be one readable bug, and shrinking
+# several distinct failures at once multiplies the time to the first report.
 _BASE = settings(
     deadline=None,
+    report_multiple_bugs=False,
     phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
     suppress_health_check=(HealthCheck.too_slow, HealthCheck.filter_too_much),
 )

@@ -5,22 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard import Board, ManualClock, Task, concurrent_claim, duplicate_token_submit
+from taskboard._profiles import CI
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import MUTANTS, CheckThenWriteComplete, NonAtomicClaim, _HookedBoard
 from taskboard.stateful import BoardMachine, ContractViolation
 
-SETTINGS = settings(
-    max_examples=300,
-    database=None,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
-)
+#: The default test profile, exactly: mutants must be caught at the depth users get by default.
+SETTINGS = settings.get_profile(CI)
 SEQUENTIAL = [m for m in MUTANTS if not m.concurrent]  # type: ignore[attr-defined]
 CONCURRENT = [m for m in MUTANTS if m.concurrent]  # type: ignore[attr-defined]
 ROUNDS = 5  # races per concurrent mutant; one is normally enough
@@ -65,7 +60,7 @@ def test_hooked_base_passes() -> None:
 
 @pytest.mark.parametrize("mutant", SEQUENTIAL, ids=lambda m: m.__name__)
 def test_machine_catches(mutant: type[MemoryBoard]) -> None:
-    """BoardMachine finds a contract violation in the sequential mutant within 300 examples."""
+    """BoardMachine finds a contract violation in the sequential mutant under the CI profile."""
     # Hypothesis reports several distinct violations as one ExceptionGroup (report_multiple_bugs).
     with pytest.raises((ContractViolation, ExceptionGroup)) as caught:
         run_state_machine_as_test(machine_for(mutant), settings=SETTINGS)
@@ -83,3 +78,26 @@ def test_criterion_catches(mutant: type[MemoryBoard]) -> None:
         if counts[-1] > 1:
             break
     assert max(counts) > 1, f"{mutant.__name__}: winners per round {counts}"
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.__name__)
+def test_board_contract_catches(mutant: type[MemoryBoard], pytester: pytest.Pytester) -> None:
+    """BoardContract, subclassed for the mutant, reports at least one failure."""
+    pytester.makeconftest(
+        "from hypothesis import settings\n"
+        "from taskboard._profiles import CI, register_profiles\n"
+        "register_profiles()\n"
+        "settings.load_profile(CI)\n"
+    )
+    pytester.makepyfile(
+        f"""
+        from taskboard.boardtest import BoardContract
+        from taskboard.hosts.mutants import {mutant.__name__}
+
+        class TestMutant(BoardContract):
+            def make_board(self, tasks, clock):
+                return {mutant.__name__}(tasks, clock)
+        """
+    )
+    result = pytester.runpytest("-x", "-q", "-p", "no:cacheprovider")
+    assert result.parseoutcomes().get("failed", 0) >= 1, result.stdout.str()

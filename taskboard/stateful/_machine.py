@@ -18,6 +18,8 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from hypothesis.strategies import SearchStrategy
+from hypothesis.strategies._internal.featureflags import FeatureFlags, FeatureStrategy
 
 from taskboard._check import check
 from taskboard._clock import ManualClock
@@ -45,9 +47,14 @@ UNKNOWN_TASK_ID = "t404"
 AGENTS = ("a1", "a2", "a1", "ü-agent with a rather long name")
 #: Lease lengths in clock ticks: no expiry, short, and long.
 #: Lease lengths in clock ticks: mostly short, so leases expire within an example; 0 never
-#: expires; 10,000 outlives any example.
-TTL_TICKS = st.sampled_from((1, 2, 3, 5, 0, 10_000))
-TOKEN_OPS = (Op.RELEASE, Op.COMPLETE, Op.RENEW, Op.FAIL)
+#: expires; 10,000 outlives any example unless ``at_expiry`` jumps to its end.
+TTL_TICKS = st.sampled_from((1, 2, 5, 20, 0, 10_000))
+#: Whose token a holder action uses: the task's latest lease's, or the one before it.
+HOLDERS = ("latest", "previous")
+#: What happens on the lease's task right after a jump to (just before) its expiry.
+AT_EXPIRY = ("claim", "renew", "release", "complete", "fail", "nothing")
+#: Operations that act with a token, by name (names keep Hypothesis's printed steps runnable).
+TOKEN_OPS = ("release", "complete", "renew", "fail")
 #: Ways to act with a token that is not the task's lease's: another task's lease's token, or
 #: forgeries close to the real one (stores that compare by prefix, truncate or fold case).
 WRONG_TOKENS = (
@@ -91,17 +98,55 @@ def _forge(token: str, forgery: str) -> str:
             return swapped if swapped != token else token + "X"
 
 
+#: Rules swarm testing never switches off: without claims an example reaches nothing, and
+#: without jumps to expiry boundaries it seldom reaches the bugs that live there.
+ALWAYS_ON = ("claim", "complete", "at_expiry")
+
+
+class _CoreRulesAlwaysOn(FeatureStrategy):
+    """Hypothesis's swarm testing, except that the :data:`ALWAYS_ON` rules stay on."""
+
+    def do_draw(self, data: Any) -> FeatureFlags:
+        return FeatureFlags(data, enabled=ALWAYS_ON, at_least_one_of=self._at_least_one_of)
+
+
+def _keep_core_rules_enabled(machine: RuleBasedStateMachine) -> None:
+    # Swarm testing switches a random subset of rules off for each example (each rule off
+    # with a probability drawn per example), which starves examples of claims and boundary
+    # jumps. This reaches into Hypothesis's internals; if they change, plain swarm remains.
+    rules = getattr(machine, "_rules_strategy", None)
+    if isinstance(getattr(rules, "enabled_rules_strategy", None), SearchStrategy):
+        names = frozenset(r.function.__name__ for r in rules.rules)  # type: ignore[union-attr]
+        rules.enabled_rules_strategy = st.shared(  # type: ignore[union-attr]
+            _CoreRulesAlwaysOn(at_least_one_of=names), key=("enabled rules", machine)
+        )
+
+
+#: Shapes of dependency graph over three tasks, as (dependent, dependency) positions. Every
+#: acyclic graph on three tasks is one of these up to a relabelling, which is drawn too.
+GRAPH_SHAPES: dict[str, tuple[tuple[int, int], ...]] = {
+    "independent": (),
+    "one edge": ((1, 0),),
+    "chain": ((1, 0), (2, 1)),
+    "fan-in": ((2, 0), (2, 1)),
+    "fan-out": ((1, 0), (2, 0)),
+    "chain with shortcut": ((1, 0), (2, 1), (2, 0)),
+}
+
+
 @st.composite
 def dependency_graphs(draw: st.DrawFn) -> dict[str, tuple[str, ...]]:
-    """An acyclic dependency graph over :data:`TASK_IDS`: each task may depend on any task
-    before it in a drawn order (half the time each), so chains and two-dependency tasks are
-    common; edges shrink away when a failure does not need them."""
+    """An acyclic dependency graph over :data:`TASK_IDS`: a shape, then which task is which.
+
+    Drawing the shape first makes two-dependency tasks and chains as likely as no
+    dependencies at all; a failure that needs no edges shrinks to ``"independent"``.
+    """
+    shape = GRAPH_SHAPES[draw(st.sampled_from(tuple(GRAPH_SHAPES)))]
     order = draw(st.permutations(TASK_IDS))
-    deps: dict[str, tuple[str, ...]] = {}
-    for i, task_id in enumerate(order):
-        chosen = [d for d in order[:i] if draw(st.booleans())]
-        deps[task_id] = tuple(chosen)
-    return {task_id: deps[task_id] for task_id in TASK_IDS}
+    deps: dict[str, tuple[str, ...]] = dict.fromkeys(TASK_IDS, ())
+    for dependent, dependency in shape:
+        deps[order[dependent]] += (order[dependency],)
+    return deps
 
 
 class BoardMachine(RuleBasedStateMachine):
@@ -154,6 +199,7 @@ class BoardMachine(RuleBasedStateMachine):
                 f"'reject', got {cls.expired_lease_policy!r}"
             )
         self.tick = resolution
+        _keep_core_rules_enabled(self)
         self.board: Board | None = None
         self.trace: list[Step] = []
         self._labels: dict[str, str] = {}
@@ -235,82 +281,113 @@ class BoardMachine(RuleBasedStateMachine):
         return self.claim(lease.task_id, agent, ttl_ticks)
 
     @precondition(lambda self: self.renewing)
-    @rule(lease=leases, ttl_ticks=TTL_TICKS)
-    def renew(self, lease: LeaseRef, ttl_ticks: int) -> None:
-        """Renew with a lease's token (it may be stale by now)."""
-        self._perform(Call(Op.RENEW, lease.task_id, token=lease.token, ttl=ttl_ticks * self.tick))
+    @rule(task=st.sampled_from(TASK_IDS), ttl_ticks=TTL_TICKS, holder=st.sampled_from(HOLDERS))
+    def renew(self, task: str, ttl_ticks: int, holder: str) -> None:
+        """Renew ``task`` as its latest lease's holder, or as the holder before (stale)."""
+        token = self._token_of(task, holder)
+        self._perform(Call(Op.RENEW, task, token=token, ttl=ttl_ticks * self.tick))
 
-    @rule(lease=leases)
-    def release(self, lease: LeaseRef) -> None:
-        """Release with a lease's token (it may be stale by now)."""
-        self._perform(Call(Op.RELEASE, lease.task_id, token=lease.token))
+    @rule(task=st.sampled_from(TASK_IDS), holder=st.sampled_from(HOLDERS))
+    def release(self, task: str, holder: str) -> None:
+        """Release ``task`` as its latest lease's holder, or as the holder before (stale)."""
+        self._perform(Call(Op.RELEASE, task, token=self._token_of(task, holder)))
 
-    @rule(lease=leases)
-    def complete(self, lease: LeaseRef) -> None:
-        """Complete with a lease's token (it may be stale by now)."""
-        self._perform(Call(Op.COMPLETE, lease.task_id, token=lease.token))
+    @rule(task=st.sampled_from(TASK_IDS), holder=st.sampled_from(HOLDERS))
+    def complete(self, task: str, holder: str) -> None:
+        """Complete ``task`` as its latest lease's holder, or as the holder before (stale)."""
+        self._perform(Call(Op.COMPLETE, task, token=self._token_of(task, holder)))
 
     @precondition(lambda self: self.failing)
-    @rule(lease=leases)
-    def fail(self, lease: LeaseRef) -> None:
-        """Fail with a lease's token (it may be stale by now)."""
-        self._perform(Call(Op.FAIL, lease.task_id, token=lease.token))
+    @rule(task=st.sampled_from(TASK_IDS), holder=st.sampled_from(HOLDERS))
+    def fail(self, task: str, holder: str) -> None:
+        """Fail ``task`` as its latest lease's holder, or as the holder before (stale)."""
+        self._perform(Call(Op.FAIL, task, token=self._token_of(task, holder)))
+
+    @rule(op=st.sampled_from(TOKEN_OPS), lease=leases, ttl_ticks=TTL_TICKS)
+    def act_with_lease(self, op: str, lease: LeaseRef, ttl_ticks: int) -> None:
+        """Act on a lease's task with its token: often a stale holder acting late."""
+        if self._supports(op):
+            self._perform(Call(Op(op), lease.task_id, token=lease.token, ttl=ttl_ticks * self.tick))
 
     @rule(op=st.sampled_from(TOKEN_OPS), lease=leases, how=st.sampled_from(WRONG_TOKENS))
-    def act_with_wrong_token(self, op: Op, lease: LeaseRef, how: str) -> None:
+    def act_with_wrong_token(self, op: str, lease: LeaseRef, how: str) -> None:
         """Act on a lease's task with a token that is not its: another task's, or a forgery."""
         if not self._supports(op):
             return
         if how == "another task's":
             others = TASK_IDS[TASK_IDS.index(lease.task_id) + 1 :] + TASK_IDS
-            self._perform(Call(op, others[0], token=lease.token, ttl=self.tick))
+            self._perform(Call(Op(op), others[0], token=lease.token, ttl=self.tick))
         else:
-            self._perform(Call(op, lease.task_id, token=_forge(lease.token, how), ttl=self.tick))
+            token = _forge(lease.token, how)
+            self._perform(Call(Op(op), lease.task_id, token=token, ttl=self.tick))
 
     @rule(
-        op=st.sampled_from((Op.CLAIM, *TOKEN_OPS)),
+        op=st.sampled_from(("claim", *TOKEN_OPS)),
         task=st.sampled_from(TASK_IDS),
         unknown=st.booleans(),
     )
-    def misuse(self, op: Op, task: str, unknown: bool) -> None:
+    def misuse(self, op: str, task: str, unknown: bool) -> None:
         """Any operation on an id no task has (``unknown``); else a claim with an empty agent,
         or an action with a token nobody issued."""
         if not self._supports(op):
             return
         agent = "a1" if unknown else ""
         self._perform(
-            Call(op, UNKNOWN_TASK_ID if unknown else task, agent=agent, token="", ttl=self.tick)
+            Call(Op(op), UNKNOWN_TASK_ID if unknown else task, agent=agent, token="", ttl=self.tick)
         )
+
+    def _token_of(self, task_id: str, holder: str) -> str:
+        # The task's leases, newest first: the latest (current, if the task is claimed) and
+        # the one before it (stale). A task never claimed has no token: use one never issued.
+        tokens = [lease.token for lease in reversed(self.model.issued) if lease.task_id == task_id]
+        if not tokens:
+            return "never-issued"
+        return tokens[1] if holder == "previous" and len(tokens) > 1 else tokens[0]
 
     # -- rules: the clock ----------------------------------------------------------------------
 
-    @rule(ticks=st.one_of(st.integers(1, 10), st.just(10_000)))
+    @rule(ticks=st.integers(1, 5))
     def advance_clock(self, ticks: int) -> None:
-        """Move the clock forward by some ticks."""
+        """Move the clock forward by a few ticks (long leases end by ``at_expiry``)."""
         self._move_clock(self.clock.now() + ticks * self.tick, "")
 
     @precondition(lambda self: bool(self._expiring()))
-    @rule(which=st.integers(0, len(TASK_IDS) - 1), early=st.booleans())
-    def advance_to_expiry(self, which: int, early: bool) -> None:
-        """Move the clock to exactly a live lease's ``until``, or to one tick before it."""
-        expiring = self._expiring()
-        token, until = expiring[which % len(expiring)]
-        target = until - self.tick if early else until
-        where = "one tick before" if early else "exactly"
-        self._move_clock(max(target, self.clock.now()), f"to {where} {self._label(token)}'s until")
+    @rule(
+        target=leases,
+        which=st.integers(0, len(TASK_IDS) - 1),
+        early=st.booleans(),
+        then=st.sampled_from(AT_EXPIRY),
+        agent=st.sampled_from(AGENTS),
+        ttl_ticks=TTL_TICKS,
+    )
+    def at_expiry(self, which: int, early: bool, then: str, agent: str, ttl_ticks: int) -> Any:
+        """Move the clock to exactly a live lease's ``until`` (or one tick before it), then act
+        on its task at once: claim it as ``agent``, act with the lease's token, or nothing.
 
-    def _expiring(self) -> list[tuple[str, datetime]]:
+        Boundary bugs live exactly here, so the jump and the action are one step."""
+        expiring = self._expiring()
+        task_id, token, until = expiring[which % len(expiring)]
+        target = until - self.tick if early else until
+        where = "one tick before" if early else "exactly at"
+        self._move_clock(max(target, self.clock.now()), f"to {where} {self._label(token)}'s until")
+        if then == "claim":
+            return self.claim(task_id, agent, ttl_ticks)
+        if then != "nothing" and self._supports(then):
+            self._perform(Call(Op(then), task_id, token=token, ttl=ttl_ticks * self.tick))
+        return multiple()
+
+    def _expiring(self) -> list[tuple[str, str, datetime]]:
         now = self.clock.now()
         return [
-            (t.lease.token, t.lease.until)
+            (t.id, t.lease.token, t.lease.until)
             for t in self.model.tasks
             if t.lease is not None and t.lease.until is not None and now < t.lease.until
         ]
 
     # -- the checks ----------------------------------------------------------------------------
 
-    def _supports(self, op: Op) -> bool:
-        return (op is not Op.RENEW or self.renewing) and (op is not Op.FAIL or self.failing)
+    def _supports(self, op: str) -> bool:
+        return (op != Op.RENEW or self.renewing) and (op != Op.FAIL or self.failing)
 
     def _move_clock(self, target: datetime | None, note: str) -> None:
         before = self.clock.now()
