@@ -182,7 +182,11 @@ class Step:
 
     ``at`` is the clock when the step ran; ``allowed`` is what the model
     allowed for the call; ``advance`` is how far a clock step moved the clock;
-    ``note`` says why a clock step went where it went.
+    ``note`` says why a clock step went where it went. ``token_ref`` says where
+    the call's token came from, so the step can be replayed against another
+    board, which mints other tokens: ``"L3"`` (the third lease a claim
+    returned), ``"L3:one char longer"`` (a forgery of it), or ``"=text"`` (a
+    literal token no claim returned).
     """
 
     index: int
@@ -192,3 +196,4 @@ class Step:
     allowed: tuple[Allowed, ...] = ()
     advance: timedelta | None = None
     note: str = ""
+    token_ref: str = ""

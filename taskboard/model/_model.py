@@ -56,6 +56,8 @@ class ContractViolation(AssertionError):
     step: Step | None = None
     #: Every step of the run up to and including :attr:`step`, when known.
     trace: tuple[Step, ...] = ()
+    #: The JSON trace file written for this failure, if one was.
+    trace_file: str | None = None
 
     def __init__(self, clause: str, expected: str, observed: str) -> None:
         self.clause = clause

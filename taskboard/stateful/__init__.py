@@ -1,8 +1,40 @@
-"""The model checker: a Hypothesis state machine that drives a host's Board against the model."""
+"""The model checker: a Hypothesis state machine that drives a host's Board against the model.
+
+Also the trace files a failure leaves behind, and their replay against any board.
+"""
 
 from taskboard._profiles import register_profiles
 from taskboard.model import ContractViolation
 from taskboard.stateful._machine import BoardMachine
+from taskboard.stateful._replay import ReplayResult, replay_trace
+from taskboard.stateful._tracefile import (
+    SCHEMA_VERSION,
+    TRACE_DIR_ENV,
+    Trace,
+    TraceFileError,
+    Verdict,
+    load_trace,
+    parse_trace,
+    render_regression_test,
+    trace_to_json,
+    write_trace,
+)
 
-__all__ = ["BoardMachine", "ContractViolation"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "TRACE_DIR_ENV",
+    "BoardMachine",
+    "ContractViolation",
+    "ReplayResult",
+    "Trace",
+    "TraceFileError",
+    "Verdict",
+    "load_trace",
+    "parse_trace",
+    "render_regression_test",
+    "replay_trace",
+    "trace_to_json",
+    "write_trace",
+]
+
 register_profiles()

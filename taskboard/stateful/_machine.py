@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -10,6 +12,8 @@ from typing import Any, ClassVar
 import networkx as nx
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
+from hypothesis.control import current_build_context
+from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
@@ -23,7 +27,7 @@ from hypothesis.strategies._internal.featureflags import FeatureFlags, FeatureSt
 
 from taskboard._check import check
 from taskboard._clock import ManualClock
-from taskboard._contract import Board, FailingBoard, RenewingBoard, Task
+from taskboard._contract import Board, FailingBoard, RenewingBoard, State, Task
 from taskboard.model import (
     BoardModel,
     Call,
@@ -33,8 +37,10 @@ from taskboard.model import (
     Outcome,
     Step,
     format_duration,
+    is_live,
 )
-from taskboard.stateful._trace import render_step
+from taskboard.stateful._trace import FORGERIES, forge, render_step, token_ref
+from taskboard.stateful._tracefile import TRACE_DIR_ENV, Trace, Verdict, write_trace
 
 __all__ = ["BoardMachine"]
 
@@ -45,7 +51,6 @@ UNKNOWN_TASK_ID = "t404"
 #: Agent names repeat on purpose: agents are not identities, tokens are. The long
 #: non-ASCII name catches stores that truncate or re-encode the owner.
 AGENTS = ("a1", "a2", "a1", "ü-agent with a rather long name")
-#: Lease lengths in clock ticks: no expiry, short, and long.
 #: Lease lengths in clock ticks: mostly short, so leases expire within an example; 0 never
 #: expires; 10,000 outlives any example unless ``at_expiry`` jumps to its end.
 TTL_TICKS = st.sampled_from((1, 2, 5, 20, 0, 10_000))
@@ -56,15 +61,8 @@ AT_EXPIRY = ("claim", "renew", "release", "complete", "fail", "nothing")
 #: Operations that act with a token, by name (names keep Hypothesis's printed steps runnable).
 TOKEN_OPS = ("release", "complete", "renew", "fail")
 #: Ways to act with a token that is not the task's lease's: another task's lease's token, or
-#: forgeries close to the real one (stores that compare by prefix, truncate or fold case).
-WRONG_TOKENS = (
-    "another task's",
-    "never issued",
-    "empty",
-    "one char longer",
-    "one char shorter",
-    "other case",
-)
+#: a forgery close to the real one.
+WRONG_TOKENS = ("another task's", *FORGERIES)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -81,21 +79,6 @@ class LeaseRef:
 
     def __repr__(self) -> str:
         return f"<{self.label}: lease of {self.task_id!r} for {self.agent!r}, fence {self.fence}>"
-
-
-def _forge(token: str, forgery: str) -> str:
-    match forgery:
-        case "never issued":
-            return "forged-token-0000"
-        case "empty":
-            return ""
-        case "one char longer":
-            return token + "0"
-        case "one char shorter":
-            return token[:-1]
-        case _:
-            swapped = token.swapcase()
-            return swapped if swapped != token else token + "X"
 
 
 #: Rules swarm testing never switches off: without claims an example reaches nothing, and
@@ -149,6 +132,18 @@ def dependency_graphs(draw: st.DrawFn) -> dict[str, tuple[str, ...]]:
     return deps
 
 
+def _in_final_replay() -> bool:
+    # Hypothesis replays the shrunk failing example once more at the end: the failure to keep.
+    try:
+        return current_build_context().is_final
+    except InvalidArgument:
+        return False
+
+
+#: Called with every machine at teardown (the fuzzer counts examples, steps and transitions).
+_LISTENERS: list[Callable[[BoardMachine], None]] = []
+
+
 class BoardMachine(RuleBasedStateMachine):
     """Checks a host's Board against the reference model, step by step.
 
@@ -176,6 +171,11 @@ class BoardMachine(RuleBasedStateMachine):
 
     clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
+    #: Where the shrunk failing trace is written as JSON; ``None`` reads the
+    #: ``TASKBOARD_TRACE_DIR`` environment variable, and no trace is written if it is unset.
+    trace_dir: ClassVar[str | None] = None
+    #: ``module:Name`` recorded in trace files as what to replay against; defaults to this class.
+    trace_target: ClassVar[str] = ""
 
     leases = Bundle("leases")
 
@@ -206,6 +206,8 @@ class BoardMachine(RuleBasedStateMachine):
         # Every lease's latest until, and the leases their holders gave up (released, ...).
         self._untils: dict[str, datetime | None] = {}
         self._given_up: set[str] = set()
+        #: How often each (task state, operation, outcome) transition ran in this example.
+        self.transitions: Counter[tuple[str, str, str]] = Counter()
 
     @classmethod
     def _to_test_case(cls) -> Any:  # type: ignore[override]  # Hypothesis wraps it in lru_cache
@@ -229,6 +231,8 @@ class BoardMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         """Hand the board to :meth:`close_board`."""
+        for listener in _LISTENERS:
+            listener(self)
         if self.board is not None:
             self.close_board(self.board)
 
@@ -241,10 +245,15 @@ class BoardMachine(RuleBasedStateMachine):
         graph.add_nodes_from(deps)
         assert nx.is_directed_acyclic_graph(graph), f"generated a cyclic graph {deps!r}"
         aligned = _EPOCH + ((_START - _EPOCH) // self.tick) * self.tick
-        self.start_time = aligned + start_ticks * self.tick
-        self.clock = ManualClock(self.start_time)
         tasks = [Task(id=t, title=f"task {t}", deps=deps[t]) for t in TASK_IDS]
-        board = self.make_board(tasks, self.clock)
+        self._begin(tasks, aligned + start_ticks * self.tick)
+
+    def _begin(self, tasks: Sequence[Task], start: datetime) -> None:
+        """Make the board of ``tasks`` on a manual clock at ``start`` and check its snapshot."""
+        self.tasks = tuple(tasks)
+        self.start_time = start
+        self.clock = ManualClock(start)
+        board = self.make_board(list(tasks), self.clock)
         if not isinstance(board, Board):
             raise TypeError(
                 f"{type(self).__qualname__}.make_board returned {board!r}, which is not a "
@@ -318,8 +327,9 @@ class BoardMachine(RuleBasedStateMachine):
             others = TASK_IDS[TASK_IDS.index(lease.task_id) + 1 :] + TASK_IDS
             self._perform(Call(Op(op), others[0], token=lease.token, ttl=self.tick))
         else:
-            token = _forge(lease.token, how)
-            self._perform(Call(Op(op), lease.task_id, token=token, ttl=self.tick))
+            ref = token_ref(lease.token, self._labels, forgery=how, of=lease.token)
+            call = Call(Op(op), lease.task_id, token=forge(lease.token, how), ttl=self.tick)
+            self._perform(call, ref)
 
     @rule(
         op=st.sampled_from(("claim", *TOKEN_OPS)),
@@ -395,19 +405,27 @@ class BoardMachine(RuleBasedStateMachine):
             self.clock.set(target)
         moved = self.clock.now() - before
         self.trace.append(Step(len(self.trace) + 1, before, advance=moved, note=note))
-        self._check_live_holders()
 
-    def _perform(self, call: Call) -> Outcome:
+    def _perform(self, call: Call, ref: str = "") -> Outcome:
+        """Call the board, judge the outcome with the model, then check the snapshot.
+
+        ``ref`` is the replayable reference of the call's token (see :class:`Step`);
+        by default the label of the lease it belongs to, or the literal token.
+        """
         assert self.board is not None
         now = self.clock.now()
         allowed = self.model.expect(call, now)
+        if not ref and call.op is not Op.CLAIM:
+            ref = token_ref(call.token, self._labels)
+        transition = self._transition(call, now)
         board_exc: BaseException | None = None
         try:
             outcome = Outcome.returned(call.invoke(self.board))
         except Exception as exc:
             board_exc = exc
             outcome = Outcome.raised(exc)
-        step = Step(len(self.trace) + 1, now, call, outcome, allowed)
+        self.transitions[(*transition, outcome.error or "ok")] += 1
+        step = Step(len(self.trace) + 1, now, call, outcome, allowed, token_ref=ref)
         if outcome.ok and outcome.task is not None and outcome.task.lease is not None:
             token = outcome.task.lease.token
             if isinstance(token, str) and token not in self._labels:
@@ -420,6 +438,31 @@ class BoardMachine(RuleBasedStateMachine):
         self._remember_untils(call, outcome)
         self._observe(step)
         return outcome
+
+    def _transition(self, call: Call, now: datetime) -> tuple[str, str]:
+        # (task state, operation): the state as the model sees it at ``now``, the operation with
+        # the kind of token it carries, for the fuzzer's transition coverage.
+        task = self.model.task(call.task_id)
+        if task is None:
+            state = "unknown id"
+        elif task.state is State.CLAIMED and task.lease is not None:
+            until = task.lease.until
+            expiry = "live" if is_live(task.lease, now) else "expired"
+            state = "claimed, at until" if until == now else f"claimed, {expiry}"
+        else:
+            state = str(task.state)
+        if call.op is Op.CLAIM:
+            return state, "claim" if call.agent else "claim (empty agent)"
+        issued = self.model.lease_of(call.token)
+        if task is not None and task.lease is not None and call.token == task.lease.token:
+            kind = "current"
+        elif issued is None:
+            kind = "forged"
+        elif issued.task_id != call.task_id:
+            kind = "other task's"
+        else:
+            kind = "stale"
+        return state, f"{call.op} ({kind} token)"
 
     def _remember_untils(self, call: Call, outcome: Outcome) -> None:
         if not outcome.ok:
@@ -489,10 +532,37 @@ class BoardMachine(RuleBasedStateMachine):
             marker = ">>" if step is not None and earlier.index == step.index else ""
             lines.append(render_step(earlier, self.start_time, self._label, marker=marker))
         report = ContractViolation(violation.clause, violation.expected, violation.observed)
-        report.args = ("\n".join(lines),)
         report.step = step
         report.trace = tuple(self.trace)
+        directory = type(self).trace_dir or os.environ.get(TRACE_DIR_ENV)
+        if directory and _in_final_replay():
+            verdict = Verdict(
+                None if step is None else step.index,
+                violation.clause,
+                violation.expected,
+                violation.observed,
+                "\n".join(lines),
+            )
+            path = write_trace(self.to_trace(verdict), directory)
+            report.trace_file = str(path)
+            lines += ["", f"trace written to {path}; replay it with: taskboard replay {path}"]
+        report.args = ("\n".join(lines),)
         return report
+
+    def to_trace(self, verdict: Verdict | None = None) -> Trace:
+        """This run so far as a :class:`Trace`, with the verdict if there is one."""
+        cls = type(self)
+        target = cls.trace_target or f"{cls.__module__}:{cls.__qualname__}"
+        return Trace(
+            start=self.start_time,
+            resolution=self.tick,
+            policy=cls.expired_lease_policy,
+            tasks=self.tasks,
+            steps=tuple(self.trace),
+            verdict=verdict,
+            target=target,
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
 
     def _label(self, token: str) -> str:
         return self._labels.get(token, repr(token))

@@ -2,12 +2,54 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from taskboard.model import Op, Outcome, Step, format_duration
 
-__all__ = ["render_step"]
+__all__ = ["FORGERIES", "forge", "render_step", "resolve_token", "token_ref"]
+
+#: Ways to forge a token from a real one: close misses that catch stores comparing by prefix,
+#: truncating the token column, or folding case.
+FORGERIES = ("never issued", "empty", "one char longer", "one char shorter", "other case")
+
+
+def forge(token: str, how: str) -> str:
+    """A token that is not ``token`` but close to it, in one of the :data:`FORGERIES` ways."""
+    match how:
+        case "never issued":
+            return "forged-token-0000"
+        case "empty":
+            return ""
+        case "one char longer":
+            return token + "0"
+        case "one char shorter":
+            return token[:-1]
+        case "other case":
+            swapped = token.swapcase()
+            return swapped if swapped != token else token + "X"
+    raise ValueError(f"unknown forgery {how!r}; expected one of {FORGERIES!r}")
+
+
+def token_ref(token: str, labels: Mapping[str, str], forgery: str = "", of: str = "") -> str:
+    """The replayable reference of a token: its lease label, a forgery of one, or a literal."""
+    if forgery:
+        return f"{labels[of]}:{forgery}"
+    label = labels.get(token)
+    return label if label is not None else f"={token}"
+
+
+def resolve_token(ref: str, tokens_by_label: Mapping[str, str]) -> str:
+    """The token a reference names on this board: ``L3`` is this board's third lease's token.
+
+    A label this board never minted (a claim that succeeded when recorded fails on replay)
+    resolves to a token no claim returned, so the step still runs and is judged.
+    """
+    if ref.startswith("="):
+        return ref[1:]
+    label, _, forgery = ref.partition(":")
+    token = tokens_by_label.get(label, f"unminted-{label}")
+    return forge(token, forgery) if forgery else token
 
 
 def render_step(

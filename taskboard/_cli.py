@@ -1,0 +1,324 @@
+"""The ``taskboard`` command: fuzz a board, replay a trace, check a snapshot.
+
+Exit codes: 0 when all is well, 1 when a contract violation or a snapshot problem was
+found, 2 for a usage mistake (a bad target, file, budget or database), which is reported
+in one line without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+from taskboard._check import check
+from taskboard._contract import Lease, Task
+from taskboard._fuzz import (
+    DEFAULT_TARGET,
+    FuzzReport,
+    UsageError,
+    fuzz,
+    machine_for_target,
+    parse_budget,
+)
+from taskboard._fuzz import resolve_target as _resolve_target
+from taskboard.stateful._replay import replay_trace
+from taskboard.stateful._tracefile import (
+    TRACE_DIR_ENV,
+    TraceFileError,
+    load_trace,
+    render_regression_test,
+)
+
+__all__ = ["main"]
+
+OK, FOUND, USAGE = 0, 1, 2
+
+#: Transitions worth seeing reached, as (state, operation, outcome), with what they mean.
+KEY_TRANSITIONS = (
+    (("open", "claim", "ok"), "claim of an open task"),
+    (("open", "claim", "BlockedError"), "claim blocked by a dependency"),
+    (("claimed, live", "claim", "TakenError"), "claim of a live lease"),
+    (("claimed, at until", "claim", "ok"), "takeover at exactly until"),
+    (("claimed, expired", "claim", "ok"), "takeover after expiry"),
+    (("claimed, live", "renew (current token)", "ok"), "renew of a live lease"),
+    (("claimed, at until", "renew (current token)", "LeaseLostError"), "renew at the boundary"),
+    (("claimed, expired", "renew (current token)", "LeaseLostError"), "renew after expiry"),
+    (("claimed, live", "renew (stale token)", "LeaseLostError"), "stale renew after takeover"),
+    (("claimed, live", "complete (stale token)", "LeaseLostError"), "stale complete"),
+    (("claimed, live", "release (other task's token)", "LeaseLostError"), "another task's token"),
+    (("claimed, live", "complete (forged token)", "LeaseLostError"), "forged token"),
+    (("claimed, expired", "release (current token)", "*"), "SPEC 3.4: expired, not taken over"),
+    (("done", "claim", "TerminalError"), "claim of a done task"),
+    (("failed", "claim", "ok"), "claim of a failed task"),
+    (("open", "claim (empty agent)", "ValueError"), "claim with an empty agent"),
+    (("unknown id", "claim", "NotFoundError"), "unknown id"),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage mistakes as one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="taskboard",
+        description="Prove that a storage backend keeps the taskboard coordination contract.",
+        epilog="Exit codes: 0 all well, 1 a violation or problem found, 2 a usage mistake.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    fuzz_cmd = commands.add_parser(
+        "fuzz",
+        help="fuzz a board with the model checker until the budget runs out",
+        description=(
+            "Fuzz a board with BoardMachine until the budget or example count runs out, or "
+            "a contract violation is found. On a violation it writes the shrunk trace, saves "
+            "the failure in the example database (the next run, or a plain pytest run of the "
+            "same machine, replays it first) and exits 1."
+        ),
+    )
+    fuzz_cmd.add_argument(
+        "target",
+        nargs="?",
+        default=DEFAULT_TARGET,
+        help="module:Name of a BoardMachine subclass or of a board factory (tasks, clock) -> "
+        f"Board (default: the bundled SQLite host, {DEFAULT_TARGET})",
+    )
+    fuzz_cmd.add_argument("--budget", default="60s", help="how long: 90s, 15m, 8h (default 60s)")
+    fuzz_cmd.add_argument("--max-examples", type=int, help="stop after this many examples")
+    fuzz_cmd.add_argument("--seed", type=int, help="make the run repeatable (per worker)")
+    fuzz_cmd.add_argument("--workers", type=int, default=1, help="processes (default 1)")
+    fuzz_cmd.add_argument(
+        "--database",
+        help="example database: a directory, or a redis:// URL shared by a fleet "
+        "(default: Hypothesis's, .hypothesis/examples)",
+    )
+    fuzz_cmd.add_argument(
+        "--trace-dir",
+        default=os.environ.get(TRACE_DIR_ENV, "taskboard-traces"),
+        help=f"where failing traces go (default: ${TRACE_DIR_ENV} or ./taskboard-traces)",
+    )
+    fuzz_cmd.add_argument("--quiet", action="store_true", help="no live progress line")
+
+    replay_cmd = commands.add_parser(
+        "replay",
+        help="replay a trace file against a board",
+        description=(
+            "Replay a trace's steps against a fresh board and judge each one as the machine "
+            "does. Reports the first step where the board breaks the contract (exit 1), or "
+            "that the trace now passes (exit 0). Tokens are mapped by lease, so a trace "
+            "recorded on one board replays on another."
+        ),
+    )
+    replay_cmd.add_argument("trace", help="a trace file written by a failing run")
+    replay_cmd.add_argument(
+        "--board",
+        help="module:Name of a board factory or BoardMachine subclass "
+        "(default: the target recorded in the trace)",
+    )
+    replay_cmd.add_argument(
+        "--emit-test",
+        metavar="FILE",
+        help="also write a standalone pytest regression test that replays the trace",
+    )
+
+    check_cmd = commands.add_parser(
+        "check",
+        help="run check() on a JSON snapshot of tasks",
+        description=(
+            "Run check() on a JSON dump of tasks (a list of task objects, or an object with "
+            "a 'tasks' list) and print the problems; exit 1 if there are any."
+        ),
+    )
+    check_cmd.add_argument("snapshot", help="the JSON file")
+    check_cmd.add_argument("--json", action="store_true", help="print the problems as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "fuzz":
+            return _fuzz(args)
+        if args.command == "replay":
+            return _replay(args)
+        return _check(args)
+    except (UsageError, TraceFileError) as exc:
+        print(f"taskboard {args.command}: error: {exc}", file=sys.stderr)
+        return USAGE
+
+
+# -- fuzz -----------------------------------------------------------------------------------
+
+
+def _fuzz(args: argparse.Namespace) -> int:
+    budget = parse_budget(args.budget)
+    machine_for_target(args.target)  # a bad target is a usage error before anything runs
+    workers = "1 worker" if args.workers == 1 else f"{args.workers} workers"
+    print(f"taskboard fuzz: {args.target}, budget {args.budget}, {workers}", file=sys.stderr)
+    report = fuzz(
+        args.target,
+        budget=budget,
+        max_examples=args.max_examples,
+        seed=args.seed,
+        workers=args.workers,
+        database=args.database,
+        trace_dir=args.trace_dir,
+        progress=None if args.quiet else sys.stderr,
+    )
+    print(_summary(report))
+    if report.failure is not None:
+        print("\n" + report.failure)
+        return FOUND
+    return OK
+
+
+def _summary(report: FuzzReport) -> str:
+    verdict = "FAILED: a contract violation (below)" if report.failure else "no violation found"
+    lines = [
+        f"{report.examples} examples, {report.steps} steps in {report.seconds:.1f}s "
+        f"({report.steps_per_second:,.0f} steps/s, {report.workers} worker"
+        f"{'s' if report.workers != 1 else ''}): {verdict}",
+        "",
+        "transition coverage (task state, operation -> outcome: count):",
+    ]
+    by_state: dict[str, list[tuple[str, str, int]]] = {}
+    for (state, op, outcome), count in report.transitions.items():
+        by_state.setdefault(state, []).append((op, outcome, count))
+    for state in sorted(by_state):
+        lines.append(f"  {state}")
+        for op, outcome, count in sorted(by_state[state]):
+            lines.append(f"    {op:<32} -> {outcome:<15} {count:>8}")
+    lines += ["", "key transitions:"]
+    for (state, op, outcome), meaning in KEY_TRANSITIONS:
+        count = _count(report.transitions, state, op, outcome)
+        mark = "  " if count else "!!"
+        lines.append(f"  {mark} {meaning:<36} {count:>8}   ({state}, {op} -> {outcome})")
+    missing = sum(1 for key, _ in KEY_TRANSITIONS if not _count(report.transitions, *key))
+    if missing:
+        lines.append(f"  {missing} key transition(s) never reached (!!): run longer")
+    return "\n".join(lines)
+
+
+def _count(transitions: Counter[tuple[str, str, str]], state: str, op: str, outcome: str) -> int:
+    if outcome == "*":
+        return sum(n for (s, o, _), n in transitions.items() if (s, o) == (state, op))
+    return transitions[(state, op, outcome)]
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+
+def _replay(args: argparse.Namespace) -> int:
+    trace = load_trace(args.trace)
+    target = args.board or trace.target
+    if not target:
+        raise UsageError("the trace names no board; pass --board module:Name")
+    board = _resolve_target(target)
+    if not callable(board):
+        raise UsageError(
+            f"{target!r} is {board!r}: give a board factory (tasks, clock) -> Board or a "
+            "BoardMachine subclass"
+        )
+    calls = sum(1 for step in trace.steps if step.call is not None)
+    print(f"replaying {len(trace.steps)} steps ({calls} board calls) of {args.trace} on {target}")
+    if trace.verdict is not None:
+        where = (
+            "the initial snapshot" if trace.verdict.step is None else f"step {trace.verdict.step}"
+        )
+        print(f"recorded: {trace.verdict.clause} broken at {where}")
+    result = replay_trace(trace, board)
+    for difference in result.differences:
+        print(f"  note: {difference}")
+    if args.emit_test:
+        Path(args.emit_test).write_text(render_regression_test(trace, target), encoding="utf-8")
+        print(f"regression test written to {args.emit_test}")
+    if result.passed:
+        print(f"PASS: {result.report}")
+        return OK
+    print(f"FAIL: {result.report}")
+    return FOUND
+
+
+# -- check ----------------------------------------------------------------------------------
+
+
+def _check(args: argparse.Namespace) -> int:
+    tasks = _load_snapshot(args.snapshot)
+    try:
+        problems = check(tasks)
+    except TypeError as exc:
+        raise UsageError(f"{args.snapshot}: {exc}") from None
+    if args.json:
+        rows = [{"task": p.task, "code": str(p.code), "text": p.text} for p in problems]
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+    elif problems:
+        width = max(len(p.task) for p in problems)
+        for problem in problems:
+            print(f"{problem.task:<{width}}  {problem.code:<22} {problem.text}")
+        print(f"{len(problems)} problem(s) in {len(tasks)} tasks")
+    else:
+        print(f"no problems in {len(tasks)} tasks")
+    return FOUND if problems else OK
+
+
+def _load_snapshot(path: str) -> list[Task]:
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path} is not JSON: {exc}") from None
+    items = document.get("tasks") if isinstance(document, dict) else document
+    if not isinstance(items, list):
+        raise UsageError(f"{path}: expected a list of tasks, or an object with a 'tasks' list")
+    return [_snapshot_task(path, i, item) for i, item in enumerate(items)]
+
+
+def _snapshot_task(path: str, index: int, item: object) -> Task:
+    where = f"{path}: tasks[{index}]"
+    if not isinstance(item, dict):
+        raise UsageError(f"{where}: expected an object, got {type(item).__name__}")
+    unknown = set(item) - {"id", "title", "deps", "state", "owner", "lease", "seq"}
+    if unknown:
+        raise UsageError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    if "id" not in item:
+        raise UsageError(f"{where}: missing 'id'")
+    lease = item.get("lease")
+    if lease is not None:
+        if not isinstance(lease, dict):
+            raise UsageError(f"{where}.lease: expected an object or null")
+        lease = Lease(lease.get("token", ""), lease.get("fence", 0), _until(where, lease))
+    deps = item.get("deps", [])
+    return Task(
+        id=item["id"],
+        title=item.get("title", ""),
+        deps=tuple(deps) if isinstance(deps, list) else deps,
+        state=item.get("state", "open"),
+        owner=item.get("owner", ""),
+        lease=lease,
+        seq=item.get("seq", 0),
+    )
+
+
+def _until(where: str, lease: dict[str, Any]) -> datetime | None:
+    until = lease.get("until")
+    if until is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(until)
+    except (TypeError, ValueError):
+        raise UsageError(f"{where}.lease.until: not an ISO 8601 time: {until!r}") from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)

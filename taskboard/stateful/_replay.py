@@ -1,0 +1,106 @@
+"""Replaying a trace against a board, step by step, through the same checks as the machine."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, cast
+
+from taskboard._clock import ManualClock
+from taskboard._contract import Board, Task
+from taskboard.model import ContractViolation, Op
+from taskboard.stateful._machine import BoardMachine
+from taskboard.stateful._trace import resolve_token
+from taskboard.stateful._tracefile import Trace
+
+__all__ = ["ReplayResult", "replay_trace"]
+
+BoardFactory = Callable[[Sequence[Task], ManualClock], Board]
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """How a replay went: ``passed``, or the violation; and where it left the recording.
+
+    ``differences`` lists steps whose outcome differs from the recorded one while the
+    contract allows both (SPEC 3.4, say, or a claim the board now refuses first).
+    """
+
+    passed: bool
+    steps_run: int
+    violation: ContractViolation | None = None
+    differences: tuple[str, ...] = ()
+
+    @property
+    def report(self) -> str:
+        """The violation's report, or a line saying the trace passes."""
+        if self.violation is not None:
+            return str(self.violation)
+        return f"the trace passes: {self.steps_run} steps keep the contract"
+
+
+def replay_trace(trace: Trace, board: BoardFactory | type[BoardMachine]) -> ReplayResult:
+    """Run ``trace``'s steps against a fresh board and judge each one as the machine does.
+
+    ``board`` is a factory ``(tasks, clock) -> Board`` (a board class will do) or a
+    :class:`BoardMachine` subclass, whose ``make_board``, ``close_board`` and
+    ``expired_lease_policy`` are used. A factory's own ``expired_lease_policy``
+    attribute, when it has one, pins SPEC 3.4; otherwise both outcomes are allowed.
+    The trace's clock resolution is kept. The clock is set to each step's recorded
+    time, and tokens are mapped by lease: ``L3`` is the token this board's third
+    successful claim returned.
+    """
+    machine = _machine_for(board, trace)()
+    try:
+        return _run(machine, trace)
+    finally:
+        machine.teardown()
+
+
+def _machine_for(board: BoardFactory | type[BoardMachine], trace: Trace) -> type[BoardMachine]:
+    attributes: dict[str, Any] = {"clock_resolution": trace.resolution}
+    if isinstance(board, type) and issubclass(board, BoardMachine):
+        return type(f"Replay{board.__name__}", (board,), attributes)
+    factory = cast(BoardFactory, board)
+    attributes["expired_lease_policy"] = getattr(board, "expired_lease_policy", "either")
+
+    def make_board(self: BoardMachine, tasks: Sequence[Task], clock: ManualClock) -> Board:
+        return factory(tasks, clock)
+
+    def close_board(self: BoardMachine, made: Board) -> None:
+        close = getattr(made, "close", None)
+        if callable(close):
+            close()
+
+    attributes.update(make_board=make_board, close_board=close_board)
+    return type("ReplayMachine", (BoardMachine,), attributes)
+
+
+def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
+    differences: list[str] = []
+    steps_run = 0
+    try:
+        machine._begin(trace.tasks, trace.start)
+        for step in trace.steps:
+            steps_run += 1
+            if step.call is None:
+                target = step.at + (step.advance or timedelta(0))
+                machine._move_clock(max(target, machine.clock.now()), step.note)
+                continue
+            if step.at > machine.clock.now():
+                machine.clock.set(step.at)
+            call = step.call
+            if call.op is not Op.CLAIM:
+                tokens = {label: token for token, label in machine._labels.items()}
+                call = dataclasses.replace(call, token=resolve_token(step.token_ref, tokens))
+            outcome = machine._perform(call, step.token_ref)
+            recorded = step.outcome
+            if recorded is not None and recorded.error != outcome.error:
+                was = recorded.error or "success"
+                now = outcome.error or "success"
+                differences.append(f"step {step.index}: recorded {was}, now {now} (allowed)")
+    except ContractViolation as violation:
+        return ReplayResult(False, steps_run, violation, tuple(differences))
+    return ReplayResult(True, steps_run, None, tuple(differences))

@@ -1,0 +1,401 @@
+"""Trace files: a failing run as versioned JSON, to replay, share and turn into a test.
+
+A trace holds what a board needs to run the steps again (the initial tasks, the start
+time, the clock resolution, the SPEC 3.4 pin) and every step as recorded: the call, the
+clock, what the board returned and what the model allowed. Tokens are written as
+references to the lease that minted them (``L3``), so a trace recorded on one board
+replays on another, which mints other tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, get_args
+
+from taskboard._contract import Lease, Task
+from taskboard.model import Allowed, Call, ExpiredLeasePolicy, Op, Outcome, Step
+
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "TRACE_DIR_ENV",
+    "Trace",
+    "TraceFileError",
+    "Verdict",
+    "load_trace",
+    "parse_trace",
+    "render_regression_test",
+    "trace_to_json",
+    "write_trace",
+]
+
+SCHEMA = "taskboard-trace"
+#: The trace format version this taskboard writes, and the newest it reads.
+SCHEMA_VERSION = 1
+#: Environment variable naming a directory: failing traces are written there.
+TRACE_DIR_ENV = "TASKBOARD_TRACE_DIR"
+
+
+class TraceFileError(ValueError):
+    """A trace file that cannot be read: not JSON, not a trace, a newer schema, a bad field.
+
+    The message names the file and the offending field, e.g. ``steps[3].op``. Loading
+    a trace never changes anything, so fixing the file and loading again is safe.
+    """
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the checker concluded about the traced run: the violation, as reported."""
+
+    step: int | None
+    clause: str
+    expected: str
+    observed: str
+    report: str
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A run of the machine as data: enough to replay it on any board."""
+
+    start: datetime
+    resolution: timedelta
+    policy: ExpiredLeasePolicy
+    tasks: tuple[Task, ...]
+    steps: tuple[Step, ...]
+    verdict: Verdict | None = None
+    #: ``module:Name`` of the board factory or machine the trace was recorded on, if known.
+    target: str = ""
+    created: str = ""
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def _micros(delta: timedelta) -> int:
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _when(value: object) -> object:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _task_json(task: Task) -> dict[str, Any]:
+    lease = task.lease
+    return {
+        "id": task.id,
+        "title": task.title,
+        "deps": list(task.deps) if isinstance(task.deps, tuple | list) else task.deps,
+        "state": str(task.state) if isinstance(task.state, str) else task.state,
+        "owner": task.owner,
+        "lease": None
+        if not isinstance(lease, Lease)
+        else {"token": lease.token, "fence": lease.fence, "until": _when(lease.until)},
+        "seq": task.seq,
+    }
+
+
+def _step_json(step: Step) -> dict[str, Any]:
+    record: dict[str, Any] = {"index": step.index, "at": step.at.isoformat()}
+    if step.call is None:
+        record.update(kind="clock", advance_us=_micros(step.advance or timedelta(0)))
+        if step.note:
+            record["note"] = step.note
+        return record
+    call, outcome = step.call, step.outcome or Outcome()
+    record.update(
+        kind="call",
+        op=str(call.op),
+        task_id=call.task_id,
+        agent=call.agent,
+        token_ref=step.token_ref,
+        ttl_us=_micros(call.ttl),
+        outcome={
+            "error": outcome.error,
+            "message": outcome.message,
+            "task": None if outcome.task is None else _task_json(outcome.task),
+        },
+        allowed=[{"error": a.error, "clause": a.clause, "reason": a.reason} for a in step.allowed],
+    )
+    return record
+
+
+def trace_to_json(trace: Trace) -> str:
+    """The trace as JSON text (schema :data:`SCHEMA`, version :data:`SCHEMA_VERSION`)."""
+    verdict = trace.verdict
+    document = {
+        "schema": SCHEMA,
+        "version": SCHEMA_VERSION,
+        "created": trace.created,
+        "target": trace.target,
+        "start": trace.start.isoformat(),
+        "resolution_us": _micros(trace.resolution),
+        "expired_lease_policy": trace.policy,
+        "tasks": [_task_json(t) for t in trace.tasks],
+        "steps": [_step_json(s) for s in trace.steps],
+        "verdict": None
+        if verdict is None
+        else {
+            "step": verdict.step,
+            "clause": verdict.clause,
+            "expected": verdict.expected,
+            "observed": verdict.observed,
+            "report": verdict.report,
+        },
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False, default=repr) + "\n"
+
+
+def write_trace(trace: Trace, directory: str | os.PathLike[str]) -> Path:
+    """Write the trace into ``directory`` (created if missing) and return the file's path.
+
+    The name comes from the failure, not the run: the clause and a digest of the
+    steps, so the same shrunk failure found twice is one file.
+    """
+    text = trace_to_json(trace)
+    steps = json.dumps([_step_json(s) for s in trace.steps], default=repr)
+    digest = hashlib.sha256(steps.encode()).hexdigest()[:10]
+    clause = trace.verdict.clause if trace.verdict else "passing"
+    slug = re.sub(r"[^a-z0-9]+", "-", clause.lower()).strip("-")[:40]
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    target = path / f"trace-{slug}-{digest}.json"
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Typed access to one JSON object, naming the path of whatever is wrong."""
+
+    def __init__(self, source: str, where: str, value: object) -> None:
+        if not isinstance(value, dict):
+            raise self._error(source, where, f"expected an object, got {_kind(value)}")
+        self.source, self.where, self.value = source, where, value
+
+    @staticmethod
+    def _error(source: str, where: str, problem: str) -> TraceFileError:
+        return TraceFileError(f"{source}: {where or 'top level'}: {problem}")
+
+    def error(self, key: str, problem: str) -> TraceFileError:
+        return self._error(self.source, self._at(key), problem)
+
+    def _at(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def get(self, key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
+        if key not in self.value:
+            if optional:
+                return None
+            raise self.error(key, "missing")
+        value = self.value[key]
+        if value is None and optional:
+            return None
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+            names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            raise self.error(key, f"expected {names}, got {_kind(value)}")
+        return value
+
+    def when(self, key: str, *, optional: bool = False) -> datetime | None:
+        text = self.get(key, str, optional=optional)
+        if text is None:
+            return None
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            raise self.error(key, f"not an ISO 8601 time: {text!r}") from None
+        if value.tzinfo is None:
+            raise self.error(key, f"needs a UTC offset: {text!r}")
+        return value.astimezone(UTC)
+
+    def child(self, key: str, value: object) -> _Reader:
+        return _Reader(self.source, self._at(key), value)
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _task(reader: _Reader) -> Task:
+    lease_reader = reader.get("lease", dict, optional=True)
+    lease = None
+    if lease_reader is not None:
+        lr = reader.child("lease", lease_reader)
+        lease = Lease(lr.get("token", str), lr.get("fence", int), lr.when("until", optional=True))
+    deps = reader.get("deps", list)
+    for i, dep in enumerate(deps):
+        if not isinstance(dep, str):
+            raise reader.error(f"deps[{i}]", f"expected str, got {_kind(dep)}")
+    return Task(
+        id=reader.get("id", str),
+        title=reader.get("title", str),
+        deps=tuple(deps),
+        state=reader.get("state", str),
+        owner=reader.get("owner", str),
+        lease=lease,
+        seq=reader.get("seq", int),
+    )
+
+
+def _step(reader: _Reader, expected_index: int) -> Step:
+    index = reader.get("index", int)
+    if index != expected_index:
+        raise reader.error("index", f"expected {expected_index}, got {index}")
+    at = reader.when("at")
+    assert at is not None
+    kind = reader.get("kind", str)
+    if kind == "clock":
+        advance = reader.get("advance_us", int)
+        if advance < 0:
+            raise reader.error("advance_us", f"the clock never goes backwards, got {advance}")
+        note = reader.get("note", str, optional=True) or ""
+        return Step(index, at, advance=timedelta(microseconds=advance), note=note)
+    if kind != "call":
+        raise reader.error("kind", f"expected 'call' or 'clock', got {kind!r}")
+    op_name = reader.get("op", str)
+    if op_name not in Op.__members__.values():
+        ops = ", ".join(o.value for o in Op)
+        raise reader.error("op", f"{op_name!r} is not one of {ops}")
+    ttl = reader.get("ttl_us", int)
+    if ttl < 0:
+        raise reader.error("ttl_us", f"must not be negative, got {ttl}")
+    ref = reader.get("token_ref", str)
+    call = Call(
+        Op(op_name),
+        reader.get("task_id", str),
+        agent=reader.get("agent", str),
+        token=ref[1:] if ref.startswith("=") else "",
+        ttl=timedelta(microseconds=ttl),
+    )
+    out = reader.child("outcome", reader.get("outcome", dict))
+    task_json = out.get("task", dict, optional=True)
+    outcome = Outcome(
+        error=out.get("error", str, optional=True),
+        task=None if task_json is None else _task(out.child("task", task_json)),
+        message=out.get("message", str, optional=True) or "",
+    )
+    allowed = []
+    for i, item in enumerate(reader.get("allowed", list)):
+        ar = reader.child(f"allowed[{i}]", item)
+        allowed.append(
+            Allowed(
+                ar.get("error", str, optional=True), ar.get("clause", str), ar.get("reason", str)
+            )
+        )
+    return Step(index, at, call, outcome, tuple(allowed), token_ref=ref)
+
+
+def parse_trace(text: str, source: str = "<trace>") -> Trace:
+    """Read a trace from JSON text.
+
+    Raises:
+        TraceFileError: not JSON, not a taskboard trace, a schema version newer than
+            :data:`SCHEMA_VERSION`, or a field of the wrong kind (named by its path).
+    """
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFileError(f"{source}: not JSON: {exc}") from None
+    top = _Reader(source, "", document)
+    if top.get("schema", str) != SCHEMA:
+        raise top.error("schema", f"expected {SCHEMA!r}: this is not a taskboard trace")
+    version = top.get("version", int)
+    if version > SCHEMA_VERSION:
+        raise top.error(
+            "version",
+            f"trace schema version {version} is newer than this taskboard reads "
+            f"({SCHEMA_VERSION}); upgrade taskboard to replay it",
+        )
+    if version < 1:
+        raise top.error("version", f"expected a version from 1, got {version}")
+    policy = top.get("expired_lease_policy", str)
+    if policy not in get_args(ExpiredLeasePolicy):
+        raise top.error("expired_lease_policy", f"expected either/accept/reject, got {policy!r}")
+    resolution = top.get("resolution_us", int)
+    if resolution <= 0:
+        raise top.error("resolution_us", f"must be positive, got {resolution}")
+    tasks = tuple(
+        _task(top.child(f"tasks[{i}]", item)) for i, item in enumerate(top.get("tasks", list))
+    )
+    steps = tuple(
+        _step(top.child(f"steps[{i}]", item), i + 1)
+        for i, item in enumerate(top.get("steps", list))
+    )
+    verdict_json = top.get("verdict", dict, optional=True)
+    verdict = None
+    if verdict_json is not None:
+        vr = top.child("verdict", verdict_json)
+        verdict = Verdict(
+            vr.get("step", int, optional=True),
+            vr.get("clause", str),
+            vr.get("expected", str),
+            vr.get("observed", str),
+            vr.get("report", str),
+        )
+    start = top.when("start")
+    assert start is not None
+    return Trace(
+        start=start,
+        resolution=timedelta(microseconds=resolution),
+        policy=policy,
+        tasks=tasks,
+        steps=steps,
+        verdict=verdict,
+        target=top.get("target", str, optional=True) or "",
+        created=top.get("created", str, optional=True) or "",
+    )
+
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Read a trace file.
+
+    Raises:
+        TraceFileError: the file is missing or unreadable, or :func:`parse_trace` rejects it.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceFileError(f"{path}: cannot read the trace: {exc}") from None
+    return parse_trace(text, str(path))
+
+
+def render_regression_test(trace: Trace, board: str, name: str = "") -> str:
+    """A standalone pytest module that replays ``trace`` against ``board`` (``module:Name``).
+
+    The test fails while the board still breaks the contract on these steps, and passes
+    once it is fixed: a shrunk failure becomes a regression test.
+    """
+    module, _, attr = board.partition(":")
+    clause = trace.verdict.clause if trace.verdict else "the contract"
+    test_name = name or "test_" + re.sub(r"[^a-z0-9]+", "_", f"replays {clause}".lower()).strip("_")
+    steps = len(trace.steps)
+    return (
+        f'"""Regression test generated by taskboard from a shrunk failing trace ({clause})."""\n'
+        "\n"
+        f"from {module} import {attr}\n"
+        "from taskboard.stateful import parse_trace, replay_trace\n"
+        "\n"
+        f"TRACE = {_python_string(trace_to_json(trace))}\n"
+        "\n"
+        "\n"
+        f"def {test_name}() -> None:\n"
+        f'    """The {steps} recorded steps that once broke {clause} now keep the contract."""\n'
+        f"    result = replay_trace(parse_trace(TRACE), {attr})\n"
+        "    assert result.passed, result.report\n"
+    )
+
+
+def _python_string(text: str) -> str:
+    # A raw triple-quoted literal when the JSON allows it; repr otherwise.
+    if "'''" not in text and not text.endswith("\\"):
+        return "r'''" + text + "'''"
+    return repr(text)
