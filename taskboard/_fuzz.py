@@ -23,19 +23,20 @@ from typing import Any, TextIO
 from hypothesis import seed as hypothesis_seed
 from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
-from hypothesis.errors import FlakyFailure
+from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard._clock import ManualClock
 from taskboard._contract import Board, Task
 from taskboard._profiles import NIGHTLY, register_profiles
-from taskboard.model import ContractViolation
+from taskboard.model import ContractViolation, violations_in
 from taskboard.stateful._machine import _LISTENERS, BoardMachine
 
 __all__ = [
     "DEFAULT_TARGET",
     "FuzzReport",
     "UsageError",
+    "check_options",
     "fuzz",
     "machine_for_target",
     "open_database",
@@ -235,10 +236,10 @@ def _run_batches(
                 batch_index += 1
                 try:
                     run_state_machine_as_test(machine, settings=settings(base, max_examples=batch))
-                except (ContractViolation, FlakyFailure) as caught:
-                    violation = _first_violation(caught)
+                except (ContractViolation, Flaky) as caught:
+                    violation = next(iter(violations_in(caught)), None)
                     report.failure = str(violation or caught)
-                    report.trace_file = getattr(violation, "trace_file", None)
+                    report.trace_file = None if violation is None else violation.trace_file
                     return
     finally:
         for name in _PATCHED:
@@ -246,16 +247,6 @@ def _run_batches(
                 setattr(machine, name, saved[name])
             elif name in machine.__dict__:
                 delattr(machine, name)
-
-
-def _first_violation(caught: BaseException) -> ContractViolation | None:
-    if isinstance(caught, ContractViolation):
-        return caught
-    for inner in getattr(caught, "exceptions", ()):
-        found = _first_violation(inner)
-        if found is not None:
-            return found
-    return None
 
 
 def _worker(
@@ -297,6 +288,21 @@ def _worker(
     updates.put(("done", index, report, None))
 
 
+def check_options(
+    target: str, workers: int, max_examples: int | None, database: str | None
+) -> tuple[type[BoardMachine], ExampleDatabase | None]:
+    """The machine and database a fuzzing run would use, or the mistake in its options.
+
+    Raises:
+        UsageError: a bad target or database, or a worker or example count below 1.
+    """
+    if workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}")
+    if max_examples is not None and max_examples < 1:
+        raise UsageError(f"--max-examples must be at least 1, got {max_examples}")
+    return machine_for_target(target), open_database(database)
+
+
 def fuzz(
     target: str = DEFAULT_TARGET,
     *,
@@ -317,12 +323,7 @@ def fuzz(
     Raises:
         UsageError: a bad target, database or argument.
     """
-    if workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers}")
-    if max_examples is not None and max_examples < 1:
-        raise UsageError(f"--max-examples must be at least 1, got {max_examples}")
-    machine = machine_for_target(target)
-    opened = open_database(database)
+    machine, opened = check_options(target, workers, max_examples, database)
     started = time.monotonic()
     meter = _Progress(progress, started, budget)
     if workers == 1:

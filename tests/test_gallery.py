@@ -6,13 +6,14 @@ from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import settings
+from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard import Board, ManualClock, Task, concurrent_claim, duplicate_token_submit
 from taskboard._profiles import CI
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import MUTANTS, CheckThenWriteComplete, NonAtomicClaim, _HookedBoard
-from taskboard.stateful import BoardMachine, ContractViolation
+from taskboard.stateful import BoardMachine, ContractViolation, violations_in
 
 #: The default test profile, exactly: mutants must be caught at the depth users get by default.
 SETTINGS = settings.get_profile(CI)
@@ -61,12 +62,11 @@ def test_hooked_base_passes() -> None:
 @pytest.mark.parametrize("mutant", SEQUENTIAL, ids=lambda m: m.__name__)
 def test_machine_catches(mutant: type[MemoryBoard]) -> None:
     """BoardMachine finds a contract violation in the sequential mutant under the CI profile."""
-    # Hypothesis reports several distinct violations as one ExceptionGroup (report_multiple_bugs).
-    with pytest.raises((ContractViolation, ExceptionGroup)) as caught:
+    # A mutant whose bug depends on its own random tokens (TruncatedTokenCompare) can make
+    # Hypothesis's final replay diverge: then a Flaky error carries the violation.
+    with pytest.raises((ContractViolation, Flaky)) as caught:
         run_state_machine_as_test(machine_for(mutant), settings=SETTINGS)
-    if isinstance(caught.value, ExceptionGroup):
-        _, other = caught.value.split(ContractViolation)
-        assert other is None, f"{mutant.__name__} raised more than contract violations"
+    assert violations_in(caught.value), f"{mutant.__name__}: {caught.value!r} holds no violation"
 
 
 @pytest.mark.parametrize("mutant", CONCURRENT, ids=lambda m: m.__name__)

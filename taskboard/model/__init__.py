@@ -16,6 +16,7 @@ from taskboard.model._model import (
     ExpiredLeasePolicy,
     IssuedLease,
     is_live,
+    violations_in,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "describe_task",
     "format_duration",
     "is_live",
+    "violations_in",
 ]

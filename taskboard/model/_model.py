@@ -26,6 +26,7 @@ __all__ = [
     "ExpiredLeasePolicy",
     "IssuedLease",
     "is_live",
+    "violations_in",
 ]
 
 #: SPEC 3.4: what a board does with release/complete/fail by the current token of an expired
@@ -64,6 +65,21 @@ class ContractViolation(AssertionError):
         self.expected = expected
         self.observed = observed
         super().__init__(f"{clause}: expected {expected}; the board {observed}")
+
+
+def violations_in(error: BaseException | None) -> list[ContractViolation]:
+    """The contract violations in an error: itself, its group members, or what it interrupted.
+
+    Hypothesis may wrap a violation: in an ``ExceptionGroup`` when it reports several bugs,
+    or in a ``Flaky...`` error, raised while handling the violation, when a board whose bug
+    depends on its own random tokens makes a replay diverge.
+    """
+    if error is None:
+        return []
+    if isinstance(error, ContractViolation):
+        return [error]
+    found = [v for inner in getattr(error, "exceptions", ()) for v in violations_in(inner)]
+    return found or violations_in(error.__context__)
 
 
 def is_live(lease: Lease | None, now: datetime) -> bool:

@@ -4,7 +4,7 @@ Also the trace files a failure leaves behind, and their replay against any board
 """
 
 from taskboard._profiles import register_profiles
-from taskboard.model import ContractViolation
+from taskboard.model import ContractViolation, violations_in
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._replay import ReplayResult, replay_trace
 from taskboard.stateful._tracefile import (
@@ -34,6 +34,7 @@ __all__ = [
     "render_regression_test",
     "replay_trace",
     "trace_to_json",
+    "violations_in",
     "write_trace",
 ]
 
