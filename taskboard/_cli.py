@@ -23,8 +23,8 @@ from taskboard._fuzz import (
     DEFAULT_TARGET,
     FuzzReport,
     UsageError,
+    check_options,
     fuzz,
-    machine_for_target,
     parse_budget,
 )
 from taskboard._fuzz import resolve_target as _resolve_target
@@ -165,9 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _fuzz(args: argparse.Namespace) -> int:
     budget = parse_budget(args.budget)
-    machine_for_target(args.target)  # a bad target is a usage error before anything runs
-    workers = "1 worker" if args.workers == 1 else f"{args.workers} workers"
-    print(f"taskboard fuzz: {args.target}, budget {args.budget}, {workers}", file=sys.stderr)
+    check_options(args.target, args.workers, args.max_examples, args.database)
+    crew = "1 worker" if args.workers == 1 else f"{args.workers} workers"
+    print(f"taskboard fuzz: {args.target}, budget {args.budget}, {crew}", file=sys.stderr)
     report = fuzz(
         args.target,
         budget=budget,

@@ -284,9 +284,11 @@ class BoardMachine(RuleBasedStateMachine):
         label = self._labels[lease.token]
         return LeaseRef(label, task, lease.token, lease.fence, agent)
 
-    @rule(target=leases, lease=leases, agent=st.sampled_from(AGENTS), ttl_ticks=TTL_TICKS)
-    def reclaim(self, lease: LeaseRef, agent: str, ttl_ticks: int) -> Any:
-        """Claim the task of an earlier lease again: a takeover once that lease has expired."""
+    @rule(target=leases, lease=leases, same_agent=st.booleans(), ttl_ticks=TTL_TICKS)
+    def reclaim(self, lease: LeaseRef, same_agent: bool, ttl_ticks: int) -> Any:
+        """Claim the task of an earlier lease again, as the same agent name or another one:
+        a takeover once that lease has expired, and a same-name holder with a new token."""
+        agent = lease.agent if same_agent else ("a2" if lease.agent == "a1" else "a1")
         return self.claim(lease.task_id, agent, ttl_ticks)
 
     @precondition(lambda self: self.renewing)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from taskboard.model import Op, Outcome, Step, format_duration
 
@@ -84,5 +84,12 @@ def _render_outcome(
     if task is None or task.lease is None:
         return "ok"
     lease = task.lease
-    until = "no expiry" if lease.until is None else f"until +{format_duration(lease.until - start)}"
-    return f"ok {token_label(lease.token)} fence={lease.fence!r} {until}"
+    head = f"ok {token_label(lease.token)} fence={lease.fence!r}"
+    until = lease.until
+    if until is None:
+        return f"{head} no expiry"
+    if not isinstance(until, datetime):
+        return f"{head} until={until!r}"
+    if until.tzinfo is None:  # a board may return naive UTC; the model reads it as UTC too
+        until = until.replace(tzinfo=UTC)
+    return f"{head} until +{format_duration(until - start)}"
