@@ -15,7 +15,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
@@ -26,8 +26,6 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskboard._clock import ManualClock
-from taskboard._contract import Board, Task
 from taskboard._profiles import NIGHTLY, register_profiles
 from taskboard.model import ContractViolation, violations_in
 from taskboard.stateful._machine import _LISTENERS, BoardMachine
@@ -97,27 +95,10 @@ def machine_for_target(target: str) -> type[BoardMachine]:
             f"target {target!r} is {found!r}: give a BoardMachine subclass or a board "
             "factory (tasks, clock) -> Board"
         )
-    factory: Callable[[Sequence[Task], ManualClock], Board] = found
-
-    class FactoryMachine(BoardMachine):
-        clock_resolution = getattr(found, "clock_resolution", BoardMachine.clock_resolution)
-        expired_lease_policy = getattr(found, "expired_lease_policy", "either")
-        trace_target = target
-
-        def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Board:
-            return factory(tasks, clock)
-
-        def close_board(self, board: Board) -> None:
-            close = getattr(board, "close", None)
-            if callable(close):
-                close()
-
-    name = target.rpartition(":")[2].rpartition(".")[2]
-    FactoryMachine.__name__ = FactoryMachine.__qualname__ = f"{name}Machine"
-    # The example database keys a machine by a digest of its source; every factory machine
-    # shares this source, so the target tells them apart.
-    FactoryMachine._hypothesis_internal_add_digest = target.encode()
-    return FactoryMachine
+    machine = BoardMachine.for_board(found, trace_target=target)
+    # Two targets may name the same factory differently; the database keys them apart.
+    machine._hypothesis_internal_add_digest = target.encode()
+    return machine
 
 
 # -- options --------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ __all__ = ["CI", "DEV", "NIGHTLY", "register_profiles"]
 
 #: Quick local runs: the default example count, failures kept in the local database.
 DEV = "taskboard-dev"
-#: CI: derandomized (the same examples every run, so a red build is reproducible) and no
-#: example database, so a run never depends on what an earlier one left behind.
+#: CI: derandomized (the same examples every run, so a red build is reproducible), no
+#: example database (a run never depends on what an earlier one left behind), and twice the
+#: default examples, since a derandomized run gets no second chance at a rare sequence.
 CI = "taskboard-ci"
 #: Nightly fuzzing: many more and longer examples; the database keeps what it finds.
 NIGHTLY = "taskboard-nightly"
@@ -34,6 +35,6 @@ def register_profiles() -> None:
     """Register the three taskboard profiles with Hypothesis (idempotent)."""
     settings.register_profile(DEV, parent=_BASE, max_examples=100)
     settings.register_profile(
-        CI, parent=_BASE, max_examples=100, derandomize=True, database=None, print_blob=True
+        CI, parent=_BASE, max_examples=200, derandomize=True, database=None, print_blob=True
     )
     settings.register_profile(NIGHTLY, parent=_BASE, max_examples=10_000, stateful_step_count=100)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import pytest
 from hypothesis import settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskboard import Board, ManualClock, Task, concurrent_claim, duplicate_token_submit
+from taskboard import ManualClock, Task, concurrent_claim, duplicate_token_submit
 from taskboard._profiles import CI
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import MUTANTS, CheckThenWriteComplete, NonAtomicClaim, _HookedBoard
@@ -30,13 +30,7 @@ CRITERIA: dict[type[MemoryBoard], Callable[[MemoryBoard], int]] = {
 
 def machine_for(board_class: type[MemoryBoard]) -> type[BoardMachine]:
     """A BoardMachine whose boards are ``board_class``."""
-
-    class Machine(BoardMachine):
-        def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Board:
-            return board_class(tasks, clock)
-
-    Machine.__name__ = Machine.__qualname__ = f"{board_class.__name__}Machine"
-    return Machine
+    return BoardMachine.for_board(board_class)
 
 
 def fresh(board_class: type[MemoryBoard]) -> MemoryBoard:

@@ -6,7 +6,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -15,7 +15,6 @@ from hypothesis.stateful import run_state_machine_as_test
 from taskboard import Board, ClaimRequest, Clock, Task
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.sqlite import SQLiteBoard
-from taskboard.model import Op, is_live
 from taskboard.stateful import BoardMachine, ContractViolation
 from taskboard.stateful._machine import LeaseRef
 
@@ -198,46 +197,80 @@ def test_failure_report_names_step_clause_expectation_and_trace() -> None:
 
 
 class CoverageMachine(MemoryMachine):
-    """Records which boundary transitions the machine reached."""
+    """Sums the transitions every example reached."""
 
-    reached: ClassVar[Counter[str]] = Counter()
+    reached: ClassVar[Counter[tuple[str, str, str]]] = Counter()
 
-    def _perform(self, call: Any) -> Any:
-        now = self.clock.now()
-        before = self.model.task(call.task_id)
-        outcome = super()._perform(call)
-        if before is None or before.lease is None:
-            return outcome
-        until = before.lease.until
-        at_boundary = until is not None and now == until
-        stale = call.op is not Op.CLAIM and call.token != before.lease.token
-        name = f"{call.op}:{'ok' if outcome.ok else outcome.error}"
-        if at_boundary:
-            self.reached[f"{name}@exactly-until"] += 1
-        if call.op is Op.CLAIM and outcome.ok and not is_live(before.lease, now):
-            self.reached["takeover"] += 1
-        if stale and self.model.lease_of(call.token) is not None:
-            self.reached[f"{name}@stale-token"] += 1
-        return outcome
+    def teardown(self) -> None:
+        self.reached.update(self.transitions)
+        super().teardown()
 
 
-def test_machine_reaches_boundaries_takeovers_and_stale_tokens() -> None:
+@pytest.mark.parametrize(
+    "transition",
+    [
+        ("claimed, expired", "claim", "ok"),
+        ("claimed, at until", "claim", "ok"),
+        ("claimed, at until", "renew (current token)", "LeaseLostError"),
+        ("claimed, live", "renew (current token)", "ok"),
+        ("claimed, live", "release (stale token)", "LeaseLostError"),
+        ("claimed, live", "complete (stale token)", "LeaseLostError"),
+        ("claimed, live", "renew (stale token)", "LeaseLostError"),
+        ("claimed, live", "complete (forged token)", "LeaseLostError"),
+        ("claimed, expired", "release (current token)", "ok"),
+        ("failed", "claim", "ok"),
+        ("open", "claim", "BlockedError"),
+        ("open", "claim (empty agent)", "ValueError"),
+        ("unknown id", "claim", "NotFoundError"),
+    ],
+    ids=" / ".join,
+)
+def test_machine_reaches_boundaries_takeovers_and_stale_tokens(
+    transition: tuple[str, str, str], reached: Counter[tuple[str, str, str]]
+) -> None:
     """Default runs reach exact-expiry claims and renews, takeovers and stale-token actions."""
+    assert reached[transition] > 0, f"never reached; reached: {dict(reached)}"
+
+
+@pytest.fixture(scope="module")
+def reached() -> Counter[tuple[str, str, str]]:
+    """The transitions 300 derandomized examples against MemoryBoard reach."""
     CoverageMachine.reached.clear()
-    run_state_machine_as_test(CoverageMachine, settings=QUICK)
-    reached = CoverageMachine.reached
-    for transition in (
-        "takeover",
-        "claim:ok@exactly-until",
-        "renew:LeaseLostError@exactly-until",
-        "release:LeaseLostError@stale-token",
-        "complete:LeaseLostError@stale-token",
-        "renew:LeaseLostError@stale-token",
-    ):
-        assert reached[transition] > 0, f"{transition} never reached: {dict(reached)}"
+    run_state_machine_as_test(CoverageMachine, settings=settings(QUICK, max_examples=300))
+    return CoverageMachine.reached
 
 
 def test_lease_refs_read_well_in_printed_programs() -> None:
     """Bundle values say which lease they are, for Hypothesis's printed steps."""
     ref = LeaseRef("L2", "t1", "tok", 3, "a1")
     assert repr(ref) == "<L2: lease of 't1' for 'a1', fence 3>"
+
+
+def test_for_board_builds_a_machine_from_a_factory() -> None:
+    """BoardMachine.for_board takes the factory's pins and closes boards with close()."""
+    machine = BoardMachine.for_board(SQLiteBoard)
+    assert machine.expired_lease_policy == "reject"
+    assert machine.__name__ == "SQLiteBoardMachine"
+    run_state_machine_as_test(machine, settings=settings(QUICK, max_examples=5))
+
+
+def test_for_board_attributes_and_close_hook_win() -> None:
+    """Keyword attributes override the factory's, and close= replaces board.close()."""
+    closed: list[Board] = []
+    machine = BoardMachine.for_board(
+        MemoryBoard, close=closed.append, clock_resolution=timedelta(seconds=1)
+    )
+    assert machine.clock_resolution == timedelta(seconds=1)
+    assert machine.expired_lease_policy == "accept"
+    run_state_machine_as_test(machine, settings=settings(QUICK, max_examples=3))
+    assert closed
+    assert all(isinstance(board, MemoryBoard) for board in closed)
+
+
+def test_for_board_machines_have_distinct_database_keys() -> None:
+    """Machines for different factories do not share example-database entries."""
+    from hypothesis.internal.reflection import function_digest
+
+    memory = BoardMachine.for_board(MemoryBoard)
+    sqlite = BoardMachine.for_board(SQLiteBoard)
+    assert function_digest(memory) != function_digest(sqlite)

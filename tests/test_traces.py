@@ -286,17 +286,18 @@ def test_replay_maps_tokens_by_lease() -> None:
     machine.start(deps={"t1": (), "t2": (), "t3": ()}, start_ticks=0)
     first = machine.claim("t1", "a1", 1)
     machine.advance_clock(1)
-    second = machine.claim("t1", "a2", 5)  # a takeover at exactly until
+    machine.claim("t1", "a2", 5)  # a takeover at exactly until
     machine.act_with_lease("complete", first, 1)  # stale
-    machine.act_with_wrong_token("release", second, "one char shorter")
-    machine.act_with_wrong_token("release", second, "another task's")
+    machine.act_with_wrong_token("release", "t1", "one char shorter")
+    machine.claim("t2", "a1", 0)
+    machine.act_with_wrong_token("release", "t1", "another task's")
     machine.misuse("complete", "t1", False)  # a literal empty token
     machine.renew("t1", 5, "latest")
     machine.complete("t1", "latest")
     machine.teardown()
     recorded = parse_trace(trace_to_json(machine.to_trace()))
     refs = [s.token_ref for s in recorded.steps if s.call is not None and s.call.op is not Op.CLAIM]
-    assert refs == ["L1", "L2:one char shorter", "L2", "=", "L2", "L2"]
+    assert refs == ["L1", "L2:one char shorter", "L3", "=", "L2", "L2"]
     for board in (MemoryBoard, SQLiteBoard):
         result = replay_trace(recorded, board)
         assert result.passed, result.report

@@ -494,22 +494,16 @@ class BoardContract:
 
     def test_state_machine(self) -> None:
         """SPEC 6: BoardMachine finds no divergence from the model (depth from the profile)."""
-        contract = self
-
-        class Machine(BoardMachine):
-            clock_resolution = contract.clock_resolution
-            expired_lease_policy = contract.expired_lease_policy
-
-            def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Board:
-                return contract.make_board(tasks, clock)
-
-            def close_board(self, board: Board) -> None:
-                contract.close_board(board)
-
-        Machine.__name__ = Machine.__qualname__ = f"{type(self).__name__}Machine"
+        machine = BoardMachine.for_board(
+            self.make_board,
+            close=self.close_board,
+            clock_resolution=self.clock_resolution,
+            expired_lease_policy=self.expired_lease_policy,
+        )
+        machine.__name__ = machine.__qualname__ = f"{type(self).__name__}Machine"
         chosen = self.machine_settings or settings()
         phases = tuple(p for p in chosen.phases if p is not Phase.explain)
-        run_state_machine_as_test(Machine, settings=settings(chosen, phases=phases))
+        run_state_machine_as_test(machine, settings=settings(chosen, phases=phases))
 
     def test_concurrent_claims_have_exactly_one_winner(self, open_board: OpenBoard) -> None:
         """SPEC 5: agents (names repeating) race to claim one task: exactly one wins, each round."""

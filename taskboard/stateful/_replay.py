@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, cast
+from typing import cast
 
-from taskboard._clock import ManualClock
-from taskboard._contract import Board, Task
 from taskboard.model import ContractViolation, Op
-from taskboard.stateful._machine import BoardMachine
+from taskboard.stateful._machine import BoardFactory, BoardMachine
 from taskboard.stateful._trace import resolve_token
 from taskboard.stateful._tracefile import Trace
 
 __all__ = ["ReplayResult", "replay_trace"]
-
-BoardFactory = Callable[[Sequence[Task], ManualClock], Board]
 
 
 @dataclass(frozen=True)
@@ -60,22 +55,9 @@ def replay_trace(trace: Trace, board: BoardFactory | type[BoardMachine]) -> Repl
 
 
 def _machine_for(board: BoardFactory | type[BoardMachine], trace: Trace) -> type[BoardMachine]:
-    attributes: dict[str, Any] = {"clock_resolution": trace.resolution}
     if isinstance(board, type) and issubclass(board, BoardMachine):
-        return type(f"Replay{board.__name__}", (board,), attributes)
-    factory = cast(BoardFactory, board)
-    attributes["expired_lease_policy"] = getattr(board, "expired_lease_policy", "either")
-
-    def make_board(self: BoardMachine, tasks: Sequence[Task], clock: ManualClock) -> Board:
-        return factory(tasks, clock)
-
-    def close_board(self: BoardMachine, made: Board) -> None:
-        close = getattr(made, "close", None)
-        if callable(close):
-            close()
-
-    attributes.update(make_board=make_board, close_board=close_board)
-    return type("ReplayMachine", (BoardMachine,), attributes)
+        return type(f"Replay{board.__name__}", (board,), {"clock_resolution": trace.resolution})
+    return BoardMachine.for_board(cast(BoardFactory, board), clock_resolution=trace.resolution)
 
 
 def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
