@@ -10,6 +10,7 @@ import contextlib
 import importlib
 import math
 import multiprocessing
+import os
 import queue
 import re
 import sys
@@ -58,7 +59,7 @@ class UsageError(Exception):
 
 
 def resolve_target(target: str) -> Any:
-    """Import ``module:attribute`` and return the attribute.
+    """Import ``module:attribute`` and return the attribute; the working directory is searched.
 
     Raises:
         UsageError: the target is not of that form, or cannot be imported or found.
@@ -66,6 +67,9 @@ def resolve_target(target: str) -> Any:
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
         raise UsageError(f"target {target!r} is not of the form module:Name")
+    # Like ``python -m`` and pytest, find modules in the working directory too.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         found: Any = importlib.import_module(module_name)
     except ImportError as exc:
