@@ -41,7 +41,7 @@ class Checked(Counted):
 class Unchecked(Counted):
     """The same rules and board calls, with the model and every check switched off."""
 
-    def _perform(self, call: Call) -> Outcome:
+    def _perform(self, call: Call, ref: str = "") -> Outcome:
         assert self.board is not None
         now = self.clock.now()
         try:

@@ -388,3 +388,21 @@ def test_acyclic_graph_never_reports_cycles(raw: list[list[int]]) -> None:
         for i, deps in enumerate(raw)
     ]
     assert check(tasks) == []
+
+
+def test_check_leaves_the_garbage_collector_as_it_found_it() -> None:
+    """check() pauses the cyclic collector while it runs and restores its state after."""
+    import gc
+
+    assert gc.isenabled()
+    check([Task("a")])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        check([Task("a")])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(TypeError):
+        check([object()])  # type: ignore[list-item]
+    assert gc.isenabled()
