@@ -100,9 +100,11 @@ def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def measure(seeds: int, max_examples: int) -> list[Result]:
+def measure(seeds: int, max_examples: int, only: Sequence[str] = ()) -> list[Result]:
     results = []
     for board in mutants.MUTANTS:
+        if only and board.__name__ not in only:
+            continue
         name = board.__name__
         if board.concurrent:
             outcome = run_criteria(board, rounds=20)
@@ -176,8 +178,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="machine runs per mutant")
     parser.add_argument("--max-examples", type=int, default=100)
     parser.add_argument("--markdown", help="also write the table as a docs page to this path")
+    parser.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
     args = parser.parse_args()
-    results = measure(args.seeds, args.max_examples)
+    results = measure(args.seeds, args.max_examples, [n for n in args.only.split(",") if n])
     text = table(results, args.seeds, args.max_examples)
     print(text)
     if args.markdown:
