@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import ClassVar
 
@@ -23,12 +23,11 @@ from taskboard._errors import (
 )
 from taskboard.model import ExpiredLeasePolicy
 from taskboard.stateful import BoardMachine
+from taskboard.stateful._machine import grid_start
 
 __all__ = ["BoardContract"]
 
 OpenBoard = Callable[..., Board]
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class BoardContract:
@@ -83,7 +82,7 @@ class BoardContract:
     @pytest.fixture
     def clock(self) -> ManualClock:
         """A manual clock on the resolution grid."""
-        return ManualClock(_EPOCH + ((_START - _EPOCH) // self.tick) * self.tick)
+        return ManualClock(grid_start(self.tick))
 
     @pytest.fixture
     def open_board(self, clock: ManualClock) -> Iterator[OpenBoard]:

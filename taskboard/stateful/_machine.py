@@ -71,6 +71,12 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+def grid_start(tick: timedelta) -> datetime:
+    """The first instant from 2026-01-01 UTC that is a whole number of ``tick`` since the
+    Unix epoch: a start from which every drawn time is on the host's resolution grid."""
+    return _EPOCH + ((_START - _EPOCH) // tick) * tick
+
+
 @dataclass(frozen=True)
 class LeaseRef:
     """A lease some claim returned, kept so later steps can act with its token."""
@@ -298,7 +304,7 @@ class BoardMachine(RuleBasedStateMachine):
         graph: nx.DiGraph[str] = nx.DiGraph([(t, d) for t, ds in deps.items() for d in ds])
         graph.add_nodes_from(deps)
         assert nx.is_directed_acyclic_graph(graph), f"generated a cyclic graph {deps!r}"
-        aligned = _EPOCH + ((_START - _EPOCH) // self.tick) * self.tick
+        aligned = grid_start(self.tick)
         tasks = [Task(id=t, title=f"task {t}", deps=deps[t]) for t in TASK_IDS]
         self._begin(tasks, aligned + start_ticks * self.tick)
 
