@@ -10,6 +10,12 @@ from taskboard.model._calls import (
     describe_task,
     format_duration,
 )
+from taskboard.model._linearizability import (
+    LinearizabilityResult,
+    LinearizabilityVerdict,
+    Operation,
+    check_history,
+)
 from taskboard.model._model import (
     BoardModel,
     ContractViolation,
@@ -27,9 +33,13 @@ __all__ = [
     "ContractViolation",
     "ExpiredLeasePolicy",
     "IssuedLease",
+    "LinearizabilityResult",
+    "LinearizabilityVerdict",
     "Op",
+    "Operation",
     "Outcome",
     "Step",
+    "check_history",
     "describe_task",
     "format_duration",
     "is_live",
