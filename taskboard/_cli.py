@@ -109,6 +109,11 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get(TRACE_DIR_ENV, "taskboard-traces"),
         help=f"where failing traces go (default: ${TRACE_DIR_ENV} or ./taskboard-traces)",
     )
+    fuzz_cmd.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the parallel mode: several threads at once, checked for linearizability",
+    )
     fuzz_cmd.add_argument("--quiet", action="store_true", help="no live progress line")
 
     replay_cmd = commands.add_parser(
@@ -177,6 +182,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         database=args.database,
         trace_dir=args.trace_dir,
         progress=None if args.quiet else sys.stderr,
+        parallel=args.parallel,
     )
     print(_summary(report))
     if report.failure is not None:

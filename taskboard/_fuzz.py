@@ -30,6 +30,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from taskboard._profiles import NIGHTLY, register_profiles
 from taskboard.model import ContractViolation, violations_in
 from taskboard.stateful._machine import _LISTENERS, BoardMachine
+from taskboard.stateful._parallel import run_parallel_state_machine
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -203,8 +204,10 @@ def _run_batches(
     trace_dir: str,
     report: FuzzReport,
     tick: Callable[[], None],
+    parallel: bool = False,
 ) -> None:
     register_profiles()
+    runner = run_parallel_state_machine if parallel else run_state_machine_as_test
     base = settings(settings.get_profile(NIGHTLY), database=database)
     saved = {name: machine.__dict__[name] for name in _PATCHED if name in machine.__dict__}
     machine.trace_dir = trace_dir
@@ -220,7 +223,7 @@ def _run_batches(
                     hypothesis_seed(seed + batch_index)(machine)
                 batch_index += 1
                 try:
-                    run_state_machine_as_test(machine, settings=settings(base, max_examples=batch))
+                    runner(machine, settings=settings(base, max_examples=batch))
                 except (ContractViolation, Flaky) as caught:
                     violation = next(iter(violations_in(caught)), None)
                     report.failure = str(violation or caught)
@@ -243,6 +246,7 @@ def _worker(
     database: str | None,
     trace_dir: str,
     updates: Any,
+    parallel: bool,
 ) -> None:
     """One fuzzing process: runs batches and sends its counts to the parent."""
     report = FuzzReport()
@@ -266,6 +270,7 @@ def _worker(
             trace_dir=trace_dir,
             report=report,
             tick=tick,
+            parallel=parallel,
         )
     except Exception as exc:  # a crash in a worker is reported, not swallowed
         updates.put(("crash", index, f"{type(exc).__name__}: {exc}", None))
@@ -298,12 +303,14 @@ def fuzz(
     database: str | None = None,
     trace_dir: str = "taskboard-traces",
     progress: TextIO | None = sys.stderr,
+    parallel: bool = False,
 ) -> FuzzReport:
     """Fuzz ``target`` until the budget (seconds) or ``max_examples`` runs out, or a failure.
 
     Stops at the first contract violation; its shrunk trace is written to ``trace_dir``
     and it is saved in the example database (``database``: a directory or ``redis://``
-    URL; ``None`` is Hypothesis's default), so the next run replays it first.
+    URL; ``None`` is Hypothesis's default), so the next run replays it first. With
+    ``parallel``, it runs the parallel mode (threads at once, checked for linearizability).
 
     Raises:
         UsageError: a bad target, database or argument.
@@ -322,10 +329,11 @@ def fuzz(
             trace_dir=trace_dir,
             report=report,
             tick=lambda: meter.show(report.examples, report.steps, 0),
+            parallel=parallel,
         )
     else:
         report = _fuzz_in_processes(
-            target, budget, max_examples, seed, workers, database, trace_dir, meter
+            target, budget, max_examples, seed, workers, database, trace_dir, meter, parallel
         )
     report.seconds = time.monotonic() - started
     report.workers = workers
@@ -342,6 +350,7 @@ def _fuzz_in_processes(
     database: str | None,
     trace_dir: str,
     meter: _Progress,
+    parallel: bool,
 ) -> FuzzReport:
     context = multiprocessing.get_context("spawn")
     updates = context.Queue()
@@ -351,7 +360,7 @@ def _fuzz_in_processes(
     processes = [
         context.Process(
             target=_worker,
-            args=(target, i, budget, shares[i], seed, database, trace_dir, updates),
+            args=(target, i, budget, shares[i], seed, database, trace_dir, updates, parallel),
             daemon=True,
         )
         for i in range(workers)

@@ -15,6 +15,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
     ("script", "args", "expected"),
     [
         ("bench_machine.py", ["--examples", "3"], "checking costs"),
+        ("bench_linearizability.py", ["--sizes", "100"], "partition"),
         (
             "bench_power.py",
             ["--seeds", "1", "--max-examples", "30", "--only", "WallClock,NonAtomicClaim"],

@@ -22,7 +22,7 @@ from taskboard._errors import (
     TerminalError,
 )
 from taskboard.model import ExpiredLeasePolicy
-from taskboard.stateful import BoardMachine
+from taskboard.stateful import BoardMachine, run_parallel_state_machine
 from taskboard.stateful._machine import grid_start
 
 __all__ = ["BoardContract"]
@@ -55,6 +55,9 @@ class BoardContract:
     * ``machine_settings``: Hypothesis settings for the state-machine run;
       ``None`` (default) follows the loaded profile, so ``--hypothesis-profile``
       or ``settings.load_profile`` set the depth.
+    * ``parallel_settings``: the same for the parallel mode (each program runs
+      three times on fresh boards, so ``None``, the default, takes the loaded
+      profile with at most 50 examples).
     * ``criteria_rounds`` and ``criteria_participants``: how many races each
       criterion runs, and how many threads race in each.
     """
@@ -62,6 +65,7 @@ class BoardContract:
     clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
     machine_settings: ClassVar[settings | None] = None
+    parallel_settings: ClassVar[settings | None] = None
     criteria_rounds: ClassVar[int] = 20
     criteria_participants: ClassVar[int] = 8
 
@@ -503,6 +507,21 @@ class BoardContract:
         chosen = self.machine_settings or settings()
         phases = tuple(p for p in chosen.phases if p is not Phase.explain)
         run_state_machine_as_test(machine, settings=settings(chosen, phases=phases))
+
+    def test_parallel_histories_are_linearizable(self) -> None:
+        """SPEC 3 and 5: calls from several threads at once behave as some order of single calls."""
+        machine = BoardMachine.for_board(
+            self.make_board,
+            close=self.close_board,
+            clock_resolution=self.clock_resolution,
+            expired_lease_policy=self.expired_lease_policy,
+        )
+        machine.__name__ = machine.__qualname__ = f"{type(self).__name__}ParallelMachine"
+        profile = settings()
+        chosen = self.parallel_settings or settings(
+            profile, max_examples=min(50, profile.max_examples)
+        )
+        run_parallel_state_machine(machine, settings=chosen)
 
     def test_concurrent_claims_have_exactly_one_winner(self, open_board: OpenBoard) -> None:
         """SPEC 5: agents (names repeating) race to claim one task: exactly one wins, each round."""

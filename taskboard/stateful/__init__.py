@@ -6,6 +6,7 @@ Also the trace files a failure leaves behind, and their replay against any board
 from taskboard._profiles import register_profiles
 from taskboard.model import ContractViolation, violations_in
 from taskboard.stateful._machine import BoardMachine
+from taskboard.stateful._parallel import run_parallel_state_machine, timeline_html
 from taskboard.stateful._replay import ReplayResult, replay_trace
 from taskboard.stateful._tracefile import (
     SCHEMA_VERSION,
@@ -33,6 +34,8 @@ __all__ = [
     "parse_trace",
     "render_regression_test",
     "replay_trace",
+    "run_parallel_state_machine",
+    "timeline_html",
     "trace_to_json",
     "violations_in",
     "write_trace",

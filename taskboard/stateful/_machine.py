@@ -155,6 +155,15 @@ def _in_final_replay() -> bool:
         return False
 
 
+class _ParallelTestCase:
+    """``MyMachine.ParallelTestCase``: the parallel mode as a unittest case, like ``TestCase``."""
+
+    def __get__(self, obj: object, owner: type[BoardMachine]) -> Any:
+        from taskboard.stateful._parallel import parallel_test_case  # it imports this module
+
+        return parallel_test_case(owner)
+
+
 #: Makes a fresh board of the given tasks on the given clock.
 BoardFactory = Callable[[Sequence[Task], ManualClock], Board]
 
@@ -196,6 +205,7 @@ class BoardMachine(RuleBasedStateMachine):
     trace_target: ClassVar[str] = ""
 
     leases = Bundle("leases")
+    ParallelTestCase = _ParallelTestCase()
 
     def __init__(self) -> None:
         super().__init__()

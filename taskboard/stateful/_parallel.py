@@ -1,0 +1,348 @@
+"""The parallel mode: a sequential prefix, then several threads at once, checked for
+linearizability against the same model the sequential machine uses.
+
+Hypothesis draws a program: a short sequential prefix (run through the machine with every
+per-step check) and two to four thread suffixes of a few operations each. The suffixes run
+against the board from real threads behind one start barrier, with the manual clock
+standing still, and every call's invocation and response are stamped on a monotonic
+clock. The history must then have a sequential order, consistent with real time, that the
+model allows, and that ends where the board's final snapshot says it ended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import math
+import os
+import threading
+import time
+import unittest
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, seed, settings
+from hypothesis import strategies as st
+from hypothesis.internal.reflection import function_digest
+
+from taskboard._contract import Task
+from taskboard.model import (
+    Call,
+    ContractViolation,
+    LinearizabilityResult,
+    Op,
+    Operation,
+    Outcome,
+    check_history,
+    format_duration,
+)
+from taskboard.stateful._machine import (
+    AGENTS,
+    TASK_IDS,
+    BoardMachine,
+    _in_final_replay,
+    dependency_graphs,
+    grid_start,
+)
+from taskboard.stateful._tracefile import TRACE_DIR_ENV
+
+__all__ = [
+    "ParallelOp",
+    "ParallelProgram",
+    "parallel_test_case",
+    "run_parallel_state_machine",
+    "timeline_html",
+]
+
+#: How often each drawn program runs, each time on a fresh board: interleavings vary.
+RUNS_PER_PROGRAM = 3
+#: Seconds a thread suffix may take before the run counts as hung.
+THREAD_TIMEOUT = 30.0
+#: Whose token an action in a thread uses: the task's latest lease when the threads start,
+#: the one before it, or the one this thread's own last claim of the task returned.
+TOKENS = ("mine", "latest", "previous")
+_TTLS = (0, 1, 5, 10_000)
+
+
+@dataclass(frozen=True)
+class ParallelOp:
+    """One operation of a program, with its token named, not given (boards mint tokens)."""
+
+    op: str
+    task: str
+    agent: str = "a1"
+    token: str = "latest"
+    ttl_ticks: int = 0
+
+    def __str__(self) -> str:
+        if self.op == "claim":
+            return f"claim({self.task!r}, agent={self.agent!r}, ttl={self.ttl_ticks})"
+        if self.op == "advance":
+            return f"advance({self.ttl_ticks} ticks)"
+        return f"{self.op}({self.task!r}, token={self.token})"
+
+
+@dataclass(frozen=True)
+class ParallelProgram:
+    """A sequential prefix, then one list of operations per thread."""
+
+    deps: dict[str, tuple[str, ...]]
+    prefix: tuple[ParallelOp, ...]
+    threads: tuple[tuple[ParallelOp, ...], ...]
+
+
+def _ops(*, in_prefix: bool) -> st.SearchStrategy[ParallelOp]:
+    tasks = st.sampled_from(TASK_IDS)
+    claims = st.builds(
+        ParallelOp, st.just("claim"), tasks, st.sampled_from(AGENTS), st.just("latest"),
+        st.sampled_from(_TTLS),
+    )  # fmt: skip
+    actions = st.builds(
+        ParallelOp,
+        st.sampled_from(("complete", "release", "renew", "fail")),
+        tasks,
+        st.just("a1"),
+        st.sampled_from(TOKENS[1:] if in_prefix else TOKENS),
+        st.sampled_from(_TTLS),
+    )
+    choices = [claims, actions]
+    if in_prefix:
+        choices.append(
+            st.builds(ParallelOp, st.just("advance"), tasks, ttl_ticks=st.integers(1, 5))
+        )
+    return st.one_of(*choices)
+
+
+def programs() -> st.SearchStrategy[ParallelProgram]:
+    """Programs: a prefix of up to 6 steps, then 2 to 4 threads of 1 to 4 operations each."""
+    return st.builds(
+        ParallelProgram,
+        dependency_graphs(),
+        st.lists(_ops(in_prefix=True), max_size=6).map(tuple),
+        st.lists(
+            st.lists(_ops(in_prefix=False), min_size=1, max_size=4).map(tuple),
+            min_size=2,
+            max_size=4,
+        ).map(tuple),
+    )
+
+
+def run_parallel_state_machine(
+    machine_cls: type[BoardMachine], *, settings: settings | None = None
+) -> None:
+    """Run ``machine_cls``'s board in parallel mode, as Hypothesis's
+    ``run_state_machine_as_test`` runs the sequential one.
+
+    Each drawn program runs :data:`RUNS_PER_PROGRAM` times on fresh boards.
+
+    Raises:
+        ContractViolation: the prefix broke the contract, or a concurrent history has no
+            sequential order the contract allows (the report shows each thread's calls,
+            the longest order found and the calls that cannot come next).
+    """
+
+    def run(program: ParallelProgram) -> None:
+        for _ in range(RUNS_PER_PROGRAM):
+            run_program(machine_cls, program)
+
+    # Keys the example database by machine, as Hypothesis does for state machines.
+    run._hypothesis_internal_add_digest = function_digest(machine_cls)  # type: ignore[attr-defined]
+    test = given(programs())(run)
+    chosen_seed = getattr(machine_cls, "_hypothesis_internal_use_seed", None)
+    if chosen_seed is not None:  # set by hypothesis.seed(...) on the machine class, as fuzz does
+        test = seed(chosen_seed)(test)
+    if settings is not None:
+        test = settings(test)
+    test()
+
+
+def run_program(machine_cls: type[BoardMachine], program: ParallelProgram) -> None:
+    """Run one program once on a fresh board and check its concurrent history."""
+    machine = machine_cls()
+    try:
+        tasks = [Task(id=t, title=f"task {t}", deps=program.deps[t]) for t in TASK_IDS]
+        machine._begin(tasks, grid_start(machine.tick))
+        for op in program.prefix:
+            if op.op == "advance":
+                machine._move_clock(machine.clock.now() + op.ttl_ticks * machine.tick, "")
+            elif op.op == "claim" or machine._supports(op.op):
+                machine._perform(_call(machine, op, {}))
+        history, snapshot = _run_threads(machine, program.threads)
+        result = check_history(machine.model, history, machine.clock.now(), final_snapshot=snapshot)
+        if result.verdict == "not linearizable":
+            violation = _report(machine, program, history, result)
+            directory = type(machine).trace_dir or os.environ.get(TRACE_DIR_ENV)
+            if directory and _in_final_replay():
+                page = timeline_html(history, result)
+                path = (
+                    Path(directory)
+                    / f"timeline-{hashlib.sha256(page.encode()).hexdigest()[:10]}.html"
+                )
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(page, encoding="utf-8")
+                violation.trace_file = str(path)
+                violation.args = (f"{violation.args[0]}\n\ntimeline written to {path}",)
+            raise violation
+    finally:
+        machine.teardown()
+
+
+def _call(machine: BoardMachine, op: ParallelOp, mine: dict[str, str]) -> Call:
+    ttl = op.ttl_ticks * machine.tick
+    if op.op == "claim":
+        return Call(Op.CLAIM, op.task, agent=op.agent, ttl=ttl)
+    if op.token == "mine" and op.task in mine:
+        token = mine[op.task]
+    else:
+        token = machine._token_of(op.task, "previous" if op.token == "previous" else "latest")
+    return Call(Op(op.op), op.task, token=token, ttl=ttl)
+
+
+def _run_threads(
+    machine: BoardMachine, threads: Sequence[Sequence[ParallelOp]]
+) -> tuple[list[Operation], list[Any]]:
+    assert machine.board is not None
+    board = machine.board
+    barrier = threading.Barrier(len(threads))
+    records: list[list[Operation]] = [[] for _ in threads]
+    ids = iter(range(10**9))
+    id_lock = threading.Lock()
+    supported = [
+        [op for op in ops if op.op == "claim" or machine._supports(op.op)] for ops in threads
+    ]
+
+    def work(index: int) -> None:
+        mine: dict[str, str] = {}
+        try:
+            barrier.wait(timeout=THREAD_TIMEOUT)
+        except threading.BrokenBarrierError:
+            return
+        for op in supported[index]:
+            call = _call(machine, op, mine)
+            invoked = time.monotonic()
+            outcome: Outcome | None
+            try:
+                outcome = Outcome.returned(call.invoke(board))
+            except Exception as exc:
+                outcome = Outcome.raised(exc)
+                if not outcome.is_contract_error:
+                    outcome = None  # an infrastructure fault: it may or may not have applied
+            returned = time.monotonic() if outcome is not None else math.inf
+            if outcome is not None and outcome.ok and outcome.task and outcome.task.lease:
+                mine[call.task_id] = outcome.task.lease.token
+            with id_lock:
+                op_id = next(ids)
+            records[index].append(Operation(op_id, index, call, outcome, invoked, returned))
+
+    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(threads))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(THREAD_TIMEOUT)
+    if any(worker.is_alive() for worker in workers):
+        raise ContractViolation(
+            "SPEC 5", "every thread's calls to return", f"hung for over {THREAD_TIMEOUT}s"
+        )
+    history = [op for ops in records for op in ops]
+    return history, list(board.list_tasks())
+
+
+def _report(
+    machine: BoardMachine,
+    program: ParallelProgram,
+    history: Sequence[Operation],
+    result: LinearizabilityResult,
+) -> ContractViolation:
+    start = min((op.invoked for op in history), default=0.0)
+    by_id = {op.id: op for op in history}
+    lines = [
+        "contract violation in a concurrent history: no sequential order of these calls is "
+        "allowed by the contract",
+        "",
+        f"  clause    SPEC 3 and 5: every operation is atomic (linearizable), at "
+        f"clock {machine.clock.now().isoformat()}",
+        "  longest order found: "
+        + (" -> ".join(f"#{i}" for i in result.order) or "(none: no call can go first)"),
+        "  cannot come next:",
+    ]
+    for op_id, reason in zip(result.stuck, result.reasons, strict=False):
+        lines.append(f"    #{op_id} {_describe(by_id[op_id], machine)}: {reason}")
+    lines += ["", "per thread (times in microseconds from the first invocation):"]
+    for thread in sorted({op.thread for op in history}):
+        lines.append(f"  thread {thread}:")
+        for op in sorted((o for o in history if o.thread == thread), key=lambda o: o.invoked):
+            mark = "!!" if op.id in result.stuck else "  "
+            span = f"[{_us(op.invoked - start)}..{_us(op.returned - start)}]"
+            lines.append(f"   {mark} #{op.id} {span:<24} {_describe(op, machine)}")
+    lines += ["", "sequential prefix:"]
+    lines += [f"  {step}" for step in program.prefix] or ["  (none)"]
+    violation = ContractViolation("SPEC 3 and 5", "a linearizable history", "did not give one")
+    violation.args = ("\n".join(lines),)
+    return violation
+
+
+def _describe(op: Operation, machine: BoardMachine) -> str:
+    call = op.call
+    what = (
+        f"claim({call.task_id!r}, agent={call.agent!r}, ttl={format_duration(call.ttl)})"
+        if call.op is Op.CLAIM
+        else f"{call.op}({call.task_id!r}, token={machine._label(call.token)})"
+    )
+    if op.outcome is None:
+        return f"{what} -> ? (infrastructure fault)"
+    if op.outcome.error:
+        return f"{what} -> {op.outcome.error}"
+    lease = op.outcome.task.lease if op.outcome.task else None
+    return f"{what} -> ok" + (f" fence={lease.fence!r}" if lease else "")
+
+
+def _us(seconds: float) -> str:
+    return "inf" if math.isinf(seconds) else str(round(seconds * 1e6))
+
+
+def timeline_html(history: Sequence[Operation], result: LinearizabilityResult) -> str:
+    """A self-contained HTML page: one lane per thread, one bar per call, stuck calls red."""
+    start = min((op.invoked for op in history), default=0.0)
+    finite = [op.returned for op in history if not math.isinf(op.returned)]
+    end = max(finite, default=start + 1e-6)
+    span = max(end - start, 1e-6)
+    lanes = sorted({op.thread for op in history})
+    rows = []
+    for lane, thread in enumerate(lanes):
+        for op in (o for o in history if o.thread == thread):
+            left = 100 * (op.invoked - start) / span
+            right = 100 if math.isinf(op.returned) else 100 * (op.returned - start) / span
+            color = "#d33" if op.id in result.stuck else ("#888" if op.outcome is None else "#48c")
+            result_text = "?" if op.outcome is None else op.outcome.error or "ok"
+            label = html.escape(f"#{op.id} {op.call.op} {op.call.task_id} -> {result_text}")
+            rows.append(
+                f'<div class="op" title="{label}" style="top:{lane * 40 + 20}px;'
+                f'left:{left:.3f}%;width:{max(right - left, 0.5):.3f}%;background:{color}">'
+                f"{label}</div>"
+            )
+    order = html.escape(" -> ".join(f"#{i}" for i in result.order))
+    return (
+        "<!doctype html><meta charset=utf-8><title>taskboard: concurrent history</title>"
+        "<style>body{font:13px sans-serif}.lanes{position:relative;height:"
+        f"{len(lanes) * 40 + 40}px;border:1px solid #ccc}}.op{{position:absolute;height:28px;"
+        "color:#fff;overflow:hidden;white-space:nowrap;border-radius:3px;font-size:11px;"
+        "padding:2px}</style>"
+        f"<h1>{html.escape(result.verdict)}</h1><p>longest order found: {order}</p>"
+        f'<div class="lanes">{"".join(rows)}</div>'
+        "<p>One lane per thread; a bar runs from invocation to response. Red: calls that "
+        "cannot come next in any order the contract allows.</p>"
+    )
+
+
+def parallel_test_case(machine_cls: type[BoardMachine]) -> type[unittest.TestCase]:
+    """A unittest case running ``machine_cls`` in parallel mode (``MyMachine.ParallelTestCase``)."""
+
+    class ParallelTestCase(unittest.TestCase):
+        def runTest(self) -> None:  # noqa: N802  # unittest's name
+            run_parallel_state_machine(machine_cls)
+
+    ParallelTestCase.__name__ = f"{machine_cls.__name__}.ParallelTestCase"
+    ParallelTestCase.__qualname__ = f"{machine_cls.__qualname__}.ParallelTestCase"
+    return ParallelTestCase
