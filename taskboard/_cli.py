@@ -239,7 +239,13 @@ def _replay(args: argparse.Namespace) -> int:
             "BoardMachine subclass"
         )
     calls = sum(1 for step in trace.steps if step.call is not None)
-    print(f"replaying {len(trace.steps)} steps ({calls} board calls) of {args.trace} on {target}")
+    if trace.program is not None:
+        threads = len(trace.program.threads)
+        print(f"rerunning the parallel program of {args.trace} ({threads} threads) on {target}")
+    else:
+        print(
+            f"replaying {len(trace.steps)} steps ({calls} board calls) of {args.trace} on {target}"
+        )
     if trace.verdict is not None:
         where = (
             "the initial snapshot" if trace.verdict.step is None else f"step {trace.verdict.step}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import unittest
@@ -15,8 +16,18 @@ from taskboard import Clock, Task
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import CheckThenWriteComplete, NonAtomicClaim
 from taskboard.hosts.sqlite import SQLiteBoard
-from taskboard.stateful import TRACE_DIR_ENV, BoardMachine, ContractViolation
+from taskboard.stateful import (
+    TRACE_DIR_ENV,
+    BoardMachine,
+    ContractViolation,
+    TraceFileError,
+    load_trace,
+    parse_trace,
+    replay_trace,
+    trace_to_json,
+)
 from taskboard.stateful._parallel import run_parallel_state_machine
+from taskboard.stateful._tracefile import ParallelOp, ParallelProgram
 
 #: The parallel mode's default depth here: the CI profile's settings, fewer examples.
 PARALLEL = settings(
@@ -53,20 +64,38 @@ def test_parallel_test_case_runs_the_parallel_mode() -> None:
     assert len(result.failures) + len(result.errors) == 1
 
 
-def test_a_violation_writes_an_html_timeline(
+def test_a_violation_writes_a_trace_and_an_html_timeline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With a trace dir set, a non-linearizable history is also drawn as an HTML timeline."""
+    """With a trace dir set, the program goes into a trace file and the history into HTML."""
     monkeypatch.setenv(TRACE_DIR_ENV, str(tmp_path))
     with pytest.raises(ContractViolation) as caught:
         run_parallel_state_machine(BoardMachine.for_board(NonAtomicClaim), settings=PARALLEL)
+    traces = list(tmp_path.glob("trace-*.json"))
     pages = list(tmp_path.glob("timeline-*.html"))
-    assert len(pages) == 1
-    assert caught.value.trace_file == str(pages[0])
+    assert len(traces) == len(pages) == 1
+    assert caught.value.trace_file == str(traces[0])
     page = pages[0].read_text(encoding="utf-8")
     assert page.startswith("<!doctype html>")
     assert "not linearizable" in page
     assert "#d33" in page  # the call that cannot be placed is drawn red
+    trace = load_trace(traces[0])
+    assert trace.program is not None
+    assert len(trace.program.threads) >= 2
+    assert parse_trace(trace_to_json(trace)) == trace
+
+
+def test_a_parallel_trace_replays_by_rerunning_its_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """replay_trace reruns a parallel trace's program: a racy board fails, a correct one passes."""
+    monkeypatch.setenv(TRACE_DIR_ENV, str(tmp_path))
+    with pytest.raises(ContractViolation):
+        run_parallel_state_machine(BoardMachine.for_board(NonAtomicClaim), settings=PARALLEL)
+    trace = load_trace(next(tmp_path.glob("trace-*.json")))
+    assert not replay_trace(trace, NonAtomicClaim).passed
+    passed = replay_trace(trace, MemoryBoard)
+    assert passed.passed, passed.report
 
 
 def test_fuzz_parallel_finds_a_race(tmp_path: Path) -> None:
@@ -103,3 +132,14 @@ def test_reference_hosts_stay_linearizable_over_many_programs(board: type[Memory
     run_parallel_state_machine(
         BoardMachine.for_board(board), settings=settings(PARALLEL, max_examples=500)
     )
+
+
+def test_a_bad_program_in_a_trace_is_named_by_its_path() -> None:
+    """A parallel trace with a bad operation is a TraceFileError naming the field."""
+    machine = BoardMachine.for_board(MemoryBoard)()
+    machine.start(deps={"t1": (), "t2": (), "t3": ()}, start_ticks=0)
+    program = ParallelProgram({"t1": (), "t2": (), "t3": ()}, (), ((ParallelOp("claim", "t1"),),))
+    trace = dataclasses.replace(machine.to_trace(), program=program)
+    text = trace_to_json(trace).replace('"op": "claim"', '"op": "clam"')
+    with pytest.raises(TraceFileError, match=r"program\.threads\[0\]\[0\]\.op: 'clam'"):
+        parse_trace(text, "bad.json")

@@ -11,7 +11,7 @@ model allows, and that ends where the board's final snapshot says it ended.
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import html
 import math
 import os
@@ -19,8 +19,6 @@ import threading
 import time
 import unittest
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from hypothesis import given, seed, settings
@@ -46,7 +44,13 @@ from taskboard.stateful._machine import (
     dependency_graphs,
     grid_start,
 )
-from taskboard.stateful._tracefile import TRACE_DIR_ENV
+from taskboard.stateful._tracefile import (
+    TRACE_DIR_ENV,
+    ParallelOp,
+    ParallelProgram,
+    Verdict,
+    write_trace,
+)
 
 __all__ = [
     "ParallelOp",
@@ -64,33 +68,6 @@ THREAD_TIMEOUT = 30.0
 #: the one before it, or the one this thread's own last claim of the task returned.
 TOKENS = ("mine", "latest", "previous")
 _TTLS = (0, 1, 5, 10_000)
-
-
-@dataclass(frozen=True)
-class ParallelOp:
-    """One operation of a program, with its token named, not given (boards mint tokens)."""
-
-    op: str
-    task: str
-    agent: str = "a1"
-    token: str = "latest"
-    ttl_ticks: int = 0
-
-    def __str__(self) -> str:
-        if self.op == "claim":
-            return f"claim({self.task!r}, agent={self.agent!r}, ttl={self.ttl_ticks})"
-        if self.op == "advance":
-            return f"advance({self.ttl_ticks} ticks)"
-        return f"{self.op}({self.task!r}, token={self.token})"
-
-
-@dataclass(frozen=True)
-class ParallelProgram:
-    """A sequential prefix, then one list of operations per thread."""
-
-    deps: dict[str, tuple[str, ...]]
-    prefix: tuple[ParallelOp, ...]
-    threads: tuple[tuple[ParallelOp, ...], ...]
 
 
 def _ops(*, in_prefix: bool) -> st.SearchStrategy[ParallelOp]:
@@ -175,15 +152,7 @@ def run_program(machine_cls: type[BoardMachine], program: ParallelProgram) -> No
             violation = _report(machine, program, history, result)
             directory = type(machine).trace_dir or os.environ.get(TRACE_DIR_ENV)
             if directory and _in_final_replay():
-                page = timeline_html(history, result)
-                path = (
-                    Path(directory)
-                    / f"timeline-{hashlib.sha256(page.encode()).hexdigest()[:10]}.html"
-                )
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(page, encoding="utf-8")
-                violation.trace_file = str(path)
-                violation.args = (f"{violation.args[0]}\n\ntimeline written to {path}",)
+                _write_records(machine, program, history, result, violation, directory)
             raise violation
     finally:
         machine.teardown()
@@ -281,6 +250,29 @@ def _report(
     violation = ContractViolation("SPEC 3 and 5", "a linearizable history", "did not give one")
     violation.args = ("\n".join(lines),)
     return violation
+
+
+def _write_records(
+    machine: BoardMachine,
+    program: ParallelProgram,
+    history: Sequence[Operation],
+    result: LinearizabilityResult,
+    violation: ContractViolation,
+    directory: str,
+) -> None:
+    # The program as a trace file (to replay on any board) and the history as a timeline.
+    verdict = Verdict(
+        None, violation.clause, violation.expected, violation.observed, str(violation)
+    )
+    trace = dataclasses.replace(machine.to_trace(verdict), steps=(), program=program)
+    path = write_trace(trace, directory)
+    page = path.with_name(path.stem.replace("trace-", "timeline-", 1) + ".html")
+    page.write_text(timeline_html(history, result), encoding="utf-8")
+    violation.trace_file = str(path)
+    violation.args = (
+        f"{violation.args[0]}\n\ntrace written to {path}; replay it with: taskboard replay "
+        f"{path}\ntimeline written to {page}",
+    )
 
 
 def _describe(op: Operation, machine: BoardMachine) -> str:

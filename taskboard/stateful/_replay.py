@@ -45,13 +45,31 @@ def replay_trace(trace: Trace, board: BoardFactory | type[BoardMachine]) -> Repl
     attribute, when it has one, pins SPEC 3.4; otherwise both outcomes are allowed.
     The trace's clock resolution is kept. The clock is set to each step's recorded
     time, and tokens are mapped by lease: ``L3`` is the token this board's third
-    successful claim returned.
+    successful claim returned. A parallel-mode trace reruns its program a few times
+    (threads do not repeat their timing); ``steps_run`` then counts the runs.
     """
-    machine = _machine_for(board, trace)()
+    machine_cls = _machine_for(board, trace)
+    if trace.program is not None:
+        return _run_parallel(machine_cls, trace)
+    machine = machine_cls()
     try:
         return _run(machine, trace)
     finally:
         machine.teardown()
+
+
+def _run_parallel(machine_cls: type[BoardMachine], trace: Trace) -> ReplayResult:
+    # A parallel trace records a program, not an interleaving (threads do not repeat their
+    # timing), so it reruns the program and judges each history as the parallel mode does.
+    from taskboard.stateful._parallel import RUNS_PER_PROGRAM, run_program
+
+    assert trace.program is not None
+    for run in range(1, RUNS_PER_PROGRAM + 1):
+        try:
+            run_program(machine_cls, trace.program)
+        except ContractViolation as violation:
+            return ReplayResult(False, run, violation)
+    return ReplayResult(True, RUNS_PER_PROGRAM)
 
 
 def _machine_for(board: BoardFactory | type[BoardMachine], trace: Trace) -> type[BoardMachine]:

@@ -25,6 +25,8 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "TRACE_DIR_ENV",
+    "ParallelOp",
+    "ParallelProgram",
     "Trace",
     "TraceFileError",
     "Verdict",
@@ -74,6 +76,36 @@ class Trace:
     #: ``module:Name`` of the board factory or machine the trace was recorded on, if known.
     target: str = ""
     created: str = ""
+    #: A parallel-mode trace: the program (its prefix and threads) that gave a history with
+    #: no sequential order the contract allows; ``steps`` then hold that history's calls.
+    program: ParallelProgram | None = None
+
+
+@dataclass(frozen=True)
+class ParallelOp:
+    """One operation of a program, with its token named, not given (boards mint tokens)."""
+
+    op: str
+    task: str
+    agent: str = "a1"
+    token: str = "latest"
+    ttl_ticks: int = 0
+
+    def __str__(self) -> str:
+        if self.op == "claim":
+            return f"claim({self.task!r}, agent={self.agent!r}, ttl={self.ttl_ticks})"
+        if self.op == "advance":
+            return f"advance({self.ttl_ticks} ticks)"
+        return f"{self.op}({self.task!r}, token={self.token})"
+
+
+@dataclass(frozen=True)
+class ParallelProgram:
+    """A sequential prefix, then one list of operations per thread."""
+
+    deps: dict[str, tuple[str, ...]]
+    prefix: tuple[ParallelOp, ...]
+    threads: tuple[tuple[ParallelOp, ...], ...]
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -127,6 +159,24 @@ def _step_json(step: Step) -> dict[str, Any]:
     return record
 
 
+def _op_json(op: ParallelOp) -> dict[str, Any]:
+    return {
+        "op": op.op,
+        "task": op.task,
+        "agent": op.agent,
+        "token": op.token,
+        "ttl_ticks": op.ttl_ticks,
+    }
+
+
+def _program_json(program: ParallelProgram) -> dict[str, Any]:
+    return {
+        "deps": {task: list(deps) for task, deps in program.deps.items()},
+        "prefix": [_op_json(op) for op in program.prefix],
+        "threads": [[_op_json(op) for op in ops] for ops in program.threads],
+    }
+
+
 def trace_to_json(trace: Trace) -> str:
     """The trace as JSON text (schema :data:`SCHEMA`, version :data:`SCHEMA_VERSION`)."""
     verdict = trace.verdict
@@ -140,6 +190,7 @@ def trace_to_json(trace: Trace) -> str:
         "expired_lease_policy": trace.policy,
         "tasks": [_task_json(t) for t in trace.tasks],
         "steps": [_step_json(s) for s in trace.steps],
+        "program": None if trace.program is None else _program_json(trace.program),
         "verdict": None
         if verdict is None
         else {
@@ -166,7 +217,7 @@ def write_trace(trace: Trace, directory: str | os.PathLike[str]) -> Path:
         + ((step.call.op, step.call.task_id, step.call.agent, step.call.ttl) if step.call else ())
         for step in trace.steps
     ]
-    digest = hashlib.sha256(repr(shape).encode()).hexdigest()[:10]
+    digest = hashlib.sha256(repr((shape, trace.program)).encode()).hexdigest()[:10]
     clause = trace.verdict.clause if trace.verdict else "passing"
     slug = re.sub(r"[^a-z0-9]+", "-", clause.lower()).strip("-")[:40]
     path = Path(directory)
@@ -307,6 +358,45 @@ def _step(reader: _Reader, expected_index: int) -> Step:
     return Step(index, at, call, outcome, tuple(allowed), token_ref=ref)
 
 
+_PROGRAM_OPS = ("claim", "renew", "release", "complete", "fail", "advance")
+_PROGRAM_TOKENS = ("mine", "latest", "previous")
+
+
+def _program_op(reader: _Reader) -> ParallelOp:
+    op = reader.get("op", str)
+    if op not in _PROGRAM_OPS:
+        raise reader.error("op", f"{op!r} is not one of {', '.join(_PROGRAM_OPS)}")
+    token = reader.get("token", str)
+    if token not in _PROGRAM_TOKENS:
+        raise reader.error("token", f"{token!r} is not one of {', '.join(_PROGRAM_TOKENS)}")
+    ticks = reader.get("ttl_ticks", int)
+    if ticks < 0:
+        raise reader.error("ttl_ticks", f"must be non-negative, got {ticks}")
+    return ParallelOp(op, reader.get("task", str), reader.get("agent", str), token, ticks)
+
+
+def _program(reader: _Reader) -> ParallelProgram:
+    deps_reader = reader.child("deps", reader.get("deps", dict))
+    deps: dict[str, tuple[str, ...]] = {}
+    for task in deps_reader.value:
+        listed = deps_reader.get(task, list)
+        if not all(isinstance(dep, str) for dep in listed):
+            raise deps_reader.error(task, "expected a list of task ids")
+        deps[task] = tuple(listed)
+    prefix = tuple(
+        _program_op(reader.child(f"prefix[{i}]", item))
+        for i, item in enumerate(reader.get("prefix", list))
+    )
+    threads = []
+    for t, ops in enumerate(reader.get("threads", list)):
+        if not isinstance(ops, list):
+            raise reader.error(f"threads[{t}]", f"expected a list, got {_kind(ops)}")
+        threads.append(
+            tuple(_program_op(reader.child(f"threads[{t}][{i}]", op)) for i, op in enumerate(ops))
+        )
+    return ParallelProgram(deps, prefix, tuple(threads))
+
+
 def parse_trace(text: str, source: str = "<trace>") -> Trace:
     """Read a trace from JSON text.
 
@@ -354,6 +444,8 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
         )
     start = top.when("start")
     assert start is not None
+    program_json = top.get("program", dict, optional=True)
+    program = None if program_json is None else _program(top.child("program", program_json))
     return Trace(
         start=start,
         resolution=resolution,
@@ -363,6 +455,7 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
         verdict=verdict,
         target=top.get("target", str, optional=True) or "",
         created=top.get("created", str, optional=True) or "",
+        program=program,
     )
 
 
