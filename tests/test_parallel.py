@@ -29,9 +29,9 @@ from taskboard.stateful import (
 from taskboard.stateful._parallel import run_parallel_state_machine
 from taskboard.stateful._tracefile import ParallelOp, ParallelProgram
 
-#: The parallel mode's default depth here: the CI profile's settings, fewer examples.
+#: The CI profile's settings for the parallel mode: derandomized, 200 programs.
 PARALLEL = settings(
-    max_examples=60, derandomize=True, database=None, deadline=None,
+    max_examples=200, derandomize=True, database=None, deadline=None,
     suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
 )  # fmt: skip
 
@@ -143,3 +143,21 @@ def test_a_bad_program_in_a_trace_is_named_by_its_path() -> None:
     text = trace_to_json(trace).replace('"op": "claim"', '"op": "clam"')
     with pytest.raises(TraceFileError, match=r"program\.threads\[0\]\[0\]\.op: 'clam'"):
         parse_trace(text, "bad.json")
+
+
+def test_operations_that_need_not_race_move_into_the_prefix() -> None:
+    """After shrinking, a thread's scene-setting first call moves into the sequential prefix."""
+    from taskboard.stateful._parallel import _move_into_prefix
+
+    release = ParallelOp("release", "t1", token="latest")
+    program = ParallelProgram(
+        {"t1": (), "t2": (), "t3": ()},
+        (),
+        ((release, ParallelOp("claim", "t1", "a1")), (ParallelOp("claim", "t1", "a2"),)),
+    )
+    simpler = _move_into_prefix(BoardMachine.for_board(NonAtomicClaim), program)
+    assert simpler.prefix == (release,)
+    assert simpler.threads == (
+        (ParallelOp("claim", "t1", "a1"),),
+        (ParallelOp("claim", "t1", "a2"),),
+    )

@@ -67,43 +67,52 @@ THREAD_TIMEOUT = 30.0
 #: Whose token an action in a thread uses: the task's latest lease when the threads start,
 #: the one before it, or the one this thread's own last claim of the task returned.
 TOKENS = ("mine", "latest", "previous")
+#: The choices as drawn in threads: the shared latest token twice as often as the others.
+THREAD_TOKENS = ("latest", "mine", "latest", "previous")
 _TTLS = (0, 1, 5, 10_000)
 
 
 def _ops(*, in_prefix: bool) -> st.SearchStrategy[ParallelOp]:
-    tasks = st.sampled_from(TASK_IDS)
+    # Races need collisions: most calls go to the first task, most actions complete or renew
+    # with the token the task has when the threads start, and the prefix mostly claims.
+    tasks = st.sampled_from((TASK_IDS[0], TASK_IDS[0], TASK_IDS[0], *TASK_IDS[1:]))
     claims = st.builds(
         ParallelOp, st.just("claim"), tasks, st.sampled_from(AGENTS), st.just("latest"),
         st.sampled_from(_TTLS),
     )  # fmt: skip
     actions = st.builds(
         ParallelOp,
-        st.sampled_from(("complete", "release", "renew", "fail")),
+        st.sampled_from(("complete", "renew", "complete", "release", "fail")),
         tasks,
         st.just("a1"),
-        st.sampled_from(TOKENS[1:] if in_prefix else TOKENS),
+        st.sampled_from(("latest", "previous") if in_prefix else THREAD_TOKENS),
         st.sampled_from(_TTLS),
     )
-    choices = [claims, actions]
-    if in_prefix:
-        choices.append(
-            st.builds(ParallelOp, st.just("advance"), tasks, ttl_ticks=st.integers(1, 5))
-        )
-    return st.one_of(*choices)
+    if not in_prefix:
+        return st.one_of(claims, actions)
+    advances = st.builds(ParallelOp, st.just("advance"), tasks, ttl_ticks=st.integers(1, 5))
+    return st.one_of(claims, claims, actions, advances)
 
 
 def programs() -> st.SearchStrategy[ParallelProgram]:
     """Programs: a prefix of up to 6 steps, then 2 to 4 threads of 1 to 4 operations each."""
     return st.builds(
         ParallelProgram,
-        dependency_graphs(),
+        # Half the programs have no dependencies at all, so every task can be raced for.
+        st.one_of(st.just(dict.fromkeys(TASK_IDS, ())), dependency_graphs()),
         st.lists(_ops(in_prefix=True), max_size=6).map(tuple),
-        st.lists(
-            st.lists(_ops(in_prefix=False), min_size=1, max_size=4).map(tuple),
-            min_size=2,
-            max_size=4,
-        ).map(tuple),
+        _thread_lists(),
     )
+
+
+@st.composite
+def _thread_lists(draw: st.DrawFn) -> tuple[tuple[ParallelOp, ...], ...]:
+    # The other threads often repeat the first one's calls: the same call made twice at
+    # once (two claims, two completes with one token) is the race most stores lose.
+    suffix = st.lists(_ops(in_prefix=False), min_size=1, max_size=4).map(tuple)
+    first = draw(suffix)
+    others = draw(st.lists(st.one_of(st.just(first), suffix), min_size=1, max_size=3))
+    return (first, *others)
 
 
 def run_parallel_state_machine(
@@ -122,7 +131,16 @@ def run_parallel_state_machine(
 
     def run(program: ParallelProgram) -> None:
         for _ in range(RUNS_PER_PROGRAM):
-            run_program(machine_cls, program)
+            try:
+                run_program(machine_cls, program)
+            except ContractViolation:
+                if not _in_final_replay():
+                    raise
+                # Hypothesis has shrunk the program; now move what need not be concurrent
+                # into the prefix, and report the simplest program that still fails.
+                simpler = _move_into_prefix(machine_cls, program)
+                _rerun(machine_cls, simpler, attempts=2 * RUNS_PER_PROGRAM, record=True)
+                raise
 
     # Keys the example database by machine, as Hypothesis does for state machines.
     run._hypothesis_internal_add_digest = function_digest(machine_cls)  # type: ignore[attr-defined]
@@ -135,8 +153,14 @@ def run_parallel_state_machine(
     test()
 
 
-def run_program(machine_cls: type[BoardMachine], program: ParallelProgram) -> None:
-    """Run one program once on a fresh board and check its concurrent history."""
+def run_program(
+    machine_cls: type[BoardMachine], program: ParallelProgram, *, record: bool = True
+) -> None:
+    """Run one program once on a fresh board and check its concurrent history.
+
+    With ``record``, a violation in Hypothesis's final replay is written to the trace
+    directory, if one is configured.
+    """
     machine = machine_cls()
     try:
         tasks = [Task(id=t, title=f"task {t}", deps=program.deps[t]) for t in TASK_IDS]
@@ -151,11 +175,55 @@ def run_program(machine_cls: type[BoardMachine], program: ParallelProgram) -> No
         if result.verdict == "not linearizable":
             violation = _report(machine, program, history, result)
             directory = type(machine).trace_dir or os.environ.get(TRACE_DIR_ENV)
-            if directory and _in_final_replay():
+            if record and directory and _in_final_replay():
                 _write_records(machine, program, history, result, violation, directory)
             raise violation
     finally:
         machine.teardown()
+
+
+def _rerun(
+    machine_cls: type[BoardMachine], program: ParallelProgram, *, attempts: int, record: bool
+) -> None:
+    """Run ``program`` up to ``attempts`` times; its first violation propagates."""
+    for _ in range(attempts):
+        run_program(machine_cls, program, record=record)
+
+
+def _fails(machine_cls: type[BoardMachine], program: ParallelProgram) -> bool:
+    try:
+        _rerun(machine_cls, program, attempts=2 * RUNS_PER_PROGRAM, record=False)
+    except ContractViolation:
+        return True
+    return False
+
+
+def _move_into_prefix(
+    machine_cls: type[BoardMachine], program: ParallelProgram, budget: float = 10.0
+) -> ParallelProgram:
+    """Move threads' first operations into the prefix while the program still fails.
+
+    Hypothesis shrinks a program by deleting and simplifying; an operation that only sets
+    the scene (a claim whose token the racing threads then use) is clearer in the prefix.
+    Races are probabilistic, so a candidate counts as failing if any of a few runs fails.
+    """
+    deadline = time.monotonic() + budget
+    changed = True
+    while changed and time.monotonic() < deadline:
+        changed = False
+        for index, ops in enumerate(program.threads):
+            if len(ops) < 2 and len(program.threads) <= 2:
+                continue  # two single-op threads are the least a race needs
+            threads = list(program.threads)
+            if len(ops) > 1:
+                threads[index] = ops[1:]
+            else:
+                del threads[index]
+            candidate = ParallelProgram(program.deps, (*program.prefix, ops[0]), tuple(threads))
+            if _fails(machine_cls, candidate):
+                program, changed = candidate, True
+                break
+    return program
 
 
 def _call(machine: BoardMachine, op: ParallelOp, mine: dict[str, str]) -> Call:
