@@ -13,11 +13,12 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 from taskboard._check import check
+from taskboard._clock import as_utc
 from taskboard._contract import Lease, Task
 from taskboard._fuzz import (
     DEFAULT_TARGET,
@@ -333,4 +334,4 @@ def _until(where: str, lease: dict[str, Any]) -> datetime | None:
         parsed = datetime.fromisoformat(until)
     except (TypeError, ValueError):
         raise UsageError(f"{where}.lease.until: not an ISO 8601 time: {until!r}") from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return as_utc(parsed)

@@ -32,6 +32,11 @@ class SystemClock:
         return "SystemClock()"
 
 
+def as_utc(when: datetime) -> datetime:
+    """``when`` as an aware datetime: a naive one, as storage often returns, is read as UTC."""
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
+
+
 def _aware_utc(when: object, what: str) -> datetime:
     if not isinstance(when, datetime):
         raise TypeError(f"{what} must be a datetime, got {when!r}")

@@ -229,6 +229,9 @@ def _run_batches(
                     report.failure = str(violation or caught)
                     report.trace_file = None if violation is None else violation.trace_file
                     return
+                except Exception as exc:  # the board or its hooks broke: a failure, reported
+                    report.failure = f"the run stopped on an error: {type(exc).__name__}: {exc}"
+                    return
     finally:
         for name in _PATCHED:
             if name in saved:
@@ -290,7 +293,12 @@ def check_options(
         raise UsageError(f"--workers must be at least 1, got {workers}")
     if max_examples is not None and max_examples < 1:
         raise UsageError(f"--max-examples must be at least 1, got {max_examples}")
-    return machine_for_target(target), open_database(database)
+    machine = machine_for_target(target)
+    try:
+        machine.check_definition()
+    except TypeError as exc:
+        raise UsageError(f"target {target!r}: {exc}") from None
+    return machine, open_database(database)
 
 
 def fuzz(
@@ -399,6 +407,12 @@ def _fuzz_in_processes(
             if process.is_alive():
                 process.terminate()
             process.join(timeout=5)
+    if finished < workers and total.failure is None:
+        codes = ", ".join(str(p.exitcode) for p in processes)
+        total.failure = (
+            f"{workers - finished} of {workers} workers stopped without a report "
+            f"(exit codes {codes})"
+        )
     total.examples = sum(c[0] for c in counts.values())
     total.steps = sum(c[1] for c in counts.values())
     return total

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskboard._clock import ManualClock
+from taskboard._clock import ManualClock, as_utc
 from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard, State, Task
 from taskboard._criteria import concurrent_claim, duplicate_token_submit
 from taskboard._errors import (
@@ -237,7 +237,7 @@ class BoardContract:
         got = self.claim(board, "t1", ticks=7)
         assert got.lease is not None
         assert got.lease.until is not None
-        assert abs(got.lease.until - (clock.now() + 7 * self.tick)) < self.tick
+        assert abs(as_utc(got.lease.until) - (clock.now() + 7 * self.tick)) < self.tick
 
     def test_zero_ttl_never_expires(self, open_board: OpenBoard, clock: ManualClock) -> None:
         """SPEC 2: ttl == 0 gives until=None, and the lease stays live however long we wait."""
@@ -404,7 +404,7 @@ class BoardContract:
         assert renewed == self.snapshot(board)["t1"]
         assert renewed.lease is not None
         assert renewed.lease.until is not None
-        assert abs(renewed.lease.until - (clock.now() + 9 * self.tick)) < self.tick
+        assert abs(as_utc(renewed.lease.until) - (clock.now() + 9 * self.tick)) < self.tick
         assert (self.token(renewed), self.fence(renewed), renewed.owner) == (
             self.token(got),
             self.fence(got),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ from hypothesis.strategies import SearchStrategy
 from hypothesis.strategies._internal.featureflags import FeatureFlags, FeatureStrategy
 
 from taskboard._check import check
-from taskboard._clock import ManualClock
+from taskboard._clock import ManualClock, as_utc
 from taskboard._contract import Board, FailingBoard, RenewingBoard, State, Task
 from taskboard.model import (
     BoardModel,
@@ -201,15 +202,35 @@ class BoardMachine(RuleBasedStateMachine):
     #: Where the shrunk failing trace is written as JSON; ``None`` reads the
     #: ``TASKBOARD_TRACE_DIR`` environment variable, and no trace is written if it is unset.
     trace_dir: ClassVar[str | None] = None
-    #: ``module:Name`` recorded in trace files as what to replay against; defaults to this class.
-    trace_target: ClassVar[str] = ""
+    #: ``module:Name`` recorded in trace files as what to replay against: ``None`` is this
+    #: class; ``""`` records none (``taskboard replay`` then needs ``--board``).
+    trace_target: ClassVar[str | None] = None
 
     leases = Bundle("leases")
     ParallelTestCase = _ParallelTestCase()
 
     def __init__(self) -> None:
         super().__init__()
-        cls = type(self)
+        type(self).check_definition()
+        self.tick = type(self).clock_resolution
+        _keep_core_rules_enabled(self)
+        self.board: Board | None = None
+        self.trace: list[Step] = []
+        self._labels: dict[str, str] = {}
+        # Every lease's latest until, and the leases their holders gave up (released, ...).
+        self._untils: dict[str, datetime | None] = {}
+        self._given_up: set[str] = set()
+        #: How often each (task state, operation, outcome) transition ran in this example.
+        self.transitions: Counter[tuple[str, str, str]] = Counter()
+
+    @classmethod
+    def check_definition(cls) -> None:
+        """Check the hooks and class attributes a subclass set, before anything runs.
+
+        Raises:
+            TypeError: ``make_board`` is missing, or ``clock_resolution`` or
+                ``expired_lease_policy`` has a value the machine cannot use.
+        """
         if cls.make_board is BoardMachine.make_board:
             raise TypeError(
                 f"{cls.__qualname__} must define make_board(self, tasks, clock) returning a "
@@ -226,16 +247,6 @@ class BoardMachine(RuleBasedStateMachine):
                 f"{cls.__qualname__}.expired_lease_policy must be 'either', 'accept' or "
                 f"'reject', got {cls.expired_lease_policy!r}"
             )
-        self.tick = resolution
-        _keep_core_rules_enabled(self)
-        self.board: Board | None = None
-        self.trace: list[Step] = []
-        self._labels: dict[str, str] = {}
-        # Every lease's latest until, and the leases their holders gave up (released, ...).
-        self._untils: dict[str, datetime | None] = {}
-        self._given_up: set[str] = set()
-        #: How often each (task state, operation, outcome) transition ran in this example.
-        self.transitions: Counter[tuple[str, str, str]] = Counter()
 
     @classmethod
     def _to_test_case(cls) -> Any:  # type: ignore[override]  # Hypothesis wraps it in lru_cache
@@ -283,10 +294,14 @@ class BoardMachine(RuleBasedStateMachine):
                 own_close()
 
         namespace.update(make_board=make_board, close_board=close_board)
+        # Replay the trace against the factory itself when it can be imported by name.
+        qualname = getattr(factory, "__qualname__", "<unknown>")
+        importable = not inspect.ismethod(factory) and "<" not in qualname
+        where = f"{getattr(factory, '__module__', '')}:{qualname}"
+        namespace.setdefault("trace_target", where if importable else "")
         machine = type(f"{name}Machine", (cls,), namespace)
         # Hypothesis keys its example database by a digest of the machine's source, which
         # every such class shares: the factory's own name tells them apart.
-        where = f"{getattr(factory, '__module__', '')}:{getattr(factory, '__qualname__', name)}"
         machine._hypothesis_internal_add_digest = where.encode()  # type: ignore[attr-defined]
         return machine
 
@@ -322,6 +337,10 @@ class BoardMachine(RuleBasedStateMachine):
         """Make the board of ``tasks`` on a manual clock at ``start`` and check its snapshot."""
         self.tasks = tuple(tasks)
         self.start_time = start
+        for task in tasks:  # a lease the board starts with has a holder too
+            if task.lease is not None:
+                until = task.lease.until
+                self._untils[task.lease.token] = None if until is None else as_utc(until)
         self.clock = ManualClock(start)
         board = self.make_board(list(tasks), self.clock)
         if not isinstance(board, Board):
@@ -639,7 +658,9 @@ class BoardMachine(RuleBasedStateMachine):
     def to_trace(self, verdict: Verdict | None = None) -> Trace:
         """This run so far as a :class:`Trace`, with the verdict if there is one."""
         cls = type(self)
-        target = cls.trace_target or f"{cls.__module__}:{cls.__qualname__}"
+        target = (
+            f"{cls.__module__}:{cls.__qualname__}" if cls.trace_target is None else cls.trace_target
+        )
         return Trace(
             start=self.start_time,
             resolution=self.tick,

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import given, seed, settings
+from hypothesis import settings as type_settings
 from hypothesis import strategies as st
 from hypothesis.internal.reflection import function_digest
 
@@ -148,8 +149,8 @@ def run_parallel_state_machine(
     chosen_seed = getattr(machine_cls, "_hypothesis_internal_use_seed", None)
     if chosen_seed is not None:  # set by hypothesis.seed(...) on the machine class, as fuzz does
         test = seed(chosen_seed)(test)
-    if settings is not None:
-        test = settings(test)
+    # An example is three whole runs with threads: no per-example deadline applies.
+    test = type_settings(settings or type_settings(), deadline=None)(test)
     test()
 
 
@@ -172,6 +173,11 @@ def run_program(
                 machine._perform(_call(machine, op, {}))
         history, snapshot = _run_threads(machine, program.threads)
         result = check_history(machine.model, history, machine.clock.now(), final_snapshot=snapshot)
+        if result.verdict == "unknown":
+            raise TimeoutError(
+                f"the linearizability check of a {len(history)}-call history ran out of time: "
+                "the run is inconclusive, not a pass"
+            )
         if result.verdict == "not linearizable":
             violation = _report(machine, program, history, result)
             directory = type(machine).trace_dir or os.environ.get(TRACE_DIR_ENV)

@@ -28,11 +28,16 @@ class ReplayResult:
     violation: ContractViolation | None = None
     differences: tuple[str, ...] = ()
 
+    #: True for a parallel-mode trace: ``steps_run`` then counts reruns of its program.
+    parallel: bool = False
+
     @property
     def report(self) -> str:
         """The violation's report, or a line saying the trace passes."""
         if self.violation is not None:
             return str(self.violation)
+        if self.parallel:
+            return f"the race was not reproduced in {self.steps_run} runs of the program"
         return f"the trace passes: {self.steps_run} steps keep the contract"
 
 
@@ -42,7 +47,7 @@ def replay_trace(trace: Trace, board: BoardFactory | type[BoardMachine]) -> Repl
     ``board`` is a factory ``(tasks, clock) -> Board`` (a board class will do) or a
     :class:`BoardMachine` subclass, whose ``make_board``, ``close_board`` and
     ``expired_lease_policy`` are used. A factory's own ``expired_lease_policy``
-    attribute, when it has one, pins SPEC 3.4; otherwise both outcomes are allowed.
+    attribute, when it has one, pins SPEC 3.4; otherwise the trace's own pin does.
     The trace's clock resolution is kept. The clock is set to each step's recorded
     time, and tokens are mapped by lease: ``L3`` is the token this board's third
     successful claim returned. A parallel-mode trace reruns its program a few times
@@ -64,18 +69,23 @@ def _run_parallel(machine_cls: type[BoardMachine], trace: Trace) -> ReplayResult
     from taskboard.stateful._parallel import RUNS_PER_PROGRAM, run_program
 
     assert trace.program is not None
-    for run in range(1, RUNS_PER_PROGRAM + 1):
+    runs = 2 * RUNS_PER_PROGRAM  # as many as the parallel mode tries before it reports
+    for run in range(1, runs + 1):
         try:
-            run_program(machine_cls, trace.program)
+            run_program(machine_cls, trace.program, record=False)
         except ContractViolation as violation:
-            return ReplayResult(False, run, violation)
-    return ReplayResult(True, RUNS_PER_PROGRAM)
+            return ReplayResult(False, run, violation, parallel=True)
+    return ReplayResult(True, runs, parallel=True)
 
 
 def _machine_for(board: BoardFactory | type[BoardMachine], trace: Trace) -> type[BoardMachine]:
     if isinstance(board, type) and issubclass(board, BoardMachine):
         return type(f"Replay{board.__name__}", (board,), {"clock_resolution": trace.resolution})
-    return BoardMachine.for_board(cast(BoardFactory, board), clock_resolution=trace.resolution)
+    # The board's own SPEC 3.4 pin if it declares one, else the pin the trace was made with.
+    policy = getattr(board, "expired_lease_policy", trace.policy)
+    return BoardMachine.for_board(
+        cast(BoardFactory, board), clock_resolution=trace.resolution, expired_lease_policy=policy
+    )
 
 
 def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
@@ -92,6 +102,9 @@ def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
             if step.at > machine.clock.now():
                 machine.clock.set(step.at)
             call = step.call
+            if call.op is not Op.CLAIM and not machine._supports(call.op):
+                differences.append(f"step {step.index}: skipped, the board has no {call.op}()")
+                continue
             if call.op is not Op.CLAIM:
                 tokens = {label: token for token, label in machine._labels.items()}
                 call = dataclasses.replace(call, token=resolve_token(step.token_ref, tokens))

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
+from taskboard._clock import as_utc
 from taskboard.model import Op, Outcome, Step, format_duration
 
 __all__ = ["FORGERIES", "forge", "render_step", "resolve_token", "token_ref"]
@@ -90,6 +91,4 @@ def _render_outcome(
         return f"{head} no expiry"
     if not isinstance(until, datetime):
         return f"{head} until={until!r}"
-    if until.tzinfo is None:  # a board may return naive UTC; the model reads it as UTC too
-        until = until.replace(tzinfo=UTC)
-    return f"{head} until +{format_duration(until - start)}"
+    return f"{head} until +{format_duration(as_utc(until) - start)}"

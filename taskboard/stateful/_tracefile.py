@@ -13,13 +13,16 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, get_args
 
+from taskboard._clock import as_utc
 from taskboard._contract import Lease, Task
 from taskboard.model import Allowed, Call, ExpiredLeasePolicy, Op, Outcome, Step
+from taskboard.stateful._trace import FORGERIES
 
 __all__ = [
     "SCHEMA",
@@ -116,7 +119,7 @@ def _micros(delta: timedelta) -> int:
 
 
 def _when(value: object) -> object:
-    return value.isoformat() if isinstance(value, datetime) else value
+    return as_utc(value).isoformat() if isinstance(value, datetime) else value
 
 
 def _task_json(task: Task) -> dict[str, Any]:
@@ -264,6 +267,8 @@ class _Reader:
     def duration(self, key: str, *, positive: bool = False) -> timedelta:
         """A non-negative (or positive) whole number of microseconds, as a timedelta."""
         micros = self.get(key, int)
+        if micros > _LONGEST_US:
+            raise self.error(key, f"{micros} microseconds is longer than a trace can span")
         if micros < 0 or (positive and micros == 0):
             raise self.error(
                 key, f"must be {'positive' if positive else 'non-negative'}, got {micros}"
@@ -333,6 +338,9 @@ def _step(reader: _Reader, expected_index: int) -> Step:
         raise reader.error("op", f"{op_name!r} is not one of {ops}")
     ttl = reader.duration("ttl_us")
     ref = reader.get("token_ref", str)
+    forgery = ref.partition(":")[2] if not ref.startswith("=") else ""
+    if forgery and forgery not in FORGERIES:
+        raise reader.error("token_ref", f"unknown forgery {forgery!r} in {ref!r}")
     call = Call(
         Op(op_name),
         reader.get("task_id", str),
@@ -358,6 +366,8 @@ def _step(reader: _Reader, expected_index: int) -> Step:
     return Step(index, at, call, outcome, tuple(allowed), token_ref=ref)
 
 
+#: A duration longer than any clock could run a trace for (about 30 years), in microseconds.
+_LONGEST_US = 10**15
 _PROGRAM_OPS = ("claim", "renew", "release", "complete", "fail", "advance")
 _PROGRAM_TOKENS = ("mine", "latest", "previous")
 
@@ -375,8 +385,10 @@ def _program_op(reader: _Reader) -> ParallelOp:
     return ParallelOp(op, reader.get("task", str), reader.get("agent", str), token, ticks)
 
 
-def _program(reader: _Reader) -> ParallelProgram:
+def _program(reader: _Reader, task_ids: Sequence[str]) -> ParallelProgram:
     deps_reader = reader.child("deps", reader.get("deps", dict))
+    if sorted(deps_reader.value) != sorted(task_ids):
+        raise reader.error("deps", f"must name exactly the trace's tasks {sorted(task_ids)!r}")
     deps: dict[str, tuple[str, ...]] = {}
     for task in deps_reader.value:
         listed = deps_reader.get(task, list)
@@ -427,6 +439,9 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
     tasks = tuple(
         _task(top.child(f"tasks[{i}]", item)) for i, item in enumerate(top.get("tasks", list))
     )
+    ids = [task.id for task in tasks]
+    if len(set(ids)) != len(ids):
+        raise top.error("tasks", f"task ids must be unique, got {ids!r}")
     steps = tuple(
         _step(top.child(f"steps[{i}]", item), i + 1)
         for i, item in enumerate(top.get("steps", list))
@@ -445,7 +460,7 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
     start = top.when("start")
     assert start is not None
     program_json = top.get("program", dict, optional=True)
-    program = None if program_json is None else _program(top.child("program", program_json))
+    program = None if program_json is None else _program(top.child("program", program_json), ids)
     return Trace(
         start=start,
         resolution=resolution,
