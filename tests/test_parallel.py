@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis.errors import Flaky
 
 from taskboard import Clock, Task
 from taskboard.hosts.memory import MemoryBoard
@@ -25,6 +26,7 @@ from taskboard.stateful import (
     parse_trace,
     replay_trace,
     trace_to_json,
+    violations_in,
 )
 from taskboard.stateful._parallel import run_parallel_state_machine
 from taskboard.stateful._tracefile import ParallelOp, ParallelProgram
@@ -41,9 +43,10 @@ PARALLEL = settings(
 )
 def test_parallel_mode_catches_the_concurrency_mutants(board: type[MemoryBoard]) -> None:
     """The races the two criteria find are found by the parallel machine itself."""
-    with pytest.raises(ContractViolation) as caught:
+    # A race that shows on search but not on Hypothesis's final replay surfaces as Flaky.
+    with pytest.raises((ContractViolation, Flaky)) as caught:
         run_parallel_state_machine(BoardMachine.for_board(board), settings=PARALLEL)
-    report = str(caught.value)
+    report = str(violations_in(caught.value)[0])
     assert "no sequential order" in report
     assert "cannot come next" in report
     assert "per thread" in report
