@@ -40,6 +40,7 @@ from taskboard.model import (
     format_duration,
     is_live,
 )
+from taskboard.model._model import EXPIRED_LEASE_POLICIES
 from taskboard.stateful._trace import FORGERIES, forge, render_step, token_ref
 from taskboard.stateful._tracefile import TRACE_DIR_ENV, Trace, Verdict, write_trace
 
@@ -47,6 +48,8 @@ __all__ = ["BoardMachine"]
 
 #: Task ids of every generated board. Few, so operations collide on the same task.
 TASK_IDS = ("t1", "t2", "t3")
+#: The token an action uses on a task that never had a lease.
+NEVER_ISSUED = "never-issued"
 #: An id no generated board has.
 UNKNOWN_TASK_ID = "t404"
 #: Agent names repeat on purpose: agents are not identities, tokens are. The long
@@ -242,7 +245,7 @@ class BoardMachine(RuleBasedStateMachine):
                 f"{cls.__qualname__}.clock_resolution must be a positive timedelta, "
                 f"got {resolution!r}"
             )
-        if cls.expired_lease_policy not in ("either", "accept", "reject"):
+        if cls.expired_lease_policy not in EXPIRED_LEASE_POLICIES:
             raise TypeError(
                 f"{cls.__qualname__}.expired_lease_policy must be 'either', 'accept' or "
                 f"'reject', got {cls.expired_lease_policy!r}"
@@ -386,24 +389,24 @@ class BoardMachine(RuleBasedStateMachine):
     )
     def renew(self, task: str, ttl_ticks: int, holder: str) -> None:
         """Renew ``task`` as its latest lease's holder, or as the holder before (stale)."""
-        token = self._token_of(task, holder)
+        token = self._token_of(task, holder) or NEVER_ISSUED
         self._perform(Call(Op.RENEW, task, token=token, ttl=ttl_ticks * self.tick))
 
     @rule(task=st.sampled_from(TASK_IDS), holder=st.sampled_from(HOLDERS))
     def release(self, task: str, holder: str) -> None:
         """Release ``task`` as its latest lease's holder, or as the holder before (stale)."""
-        self._perform(Call(Op.RELEASE, task, token=self._token_of(task, holder)))
+        self._perform(Call(Op.RELEASE, task, token=self._token_of(task, holder) or NEVER_ISSUED))
 
     @rule(task=st.sampled_from(TASK_IDS), holder=st.sampled_from(HOLDERS))
     def complete(self, task: str, holder: str) -> None:
         """Complete ``task`` as its latest lease's holder, or as the holder before (stale)."""
-        self._perform(Call(Op.COMPLETE, task, token=self._token_of(task, holder)))
+        self._perform(Call(Op.COMPLETE, task, token=self._token_of(task, holder) or NEVER_ISSUED))
 
     @precondition(lambda self: self.failing)
     @rule(task=st.sampled_from(TASK_IDS), holder=st.sampled_from(HOLDERS))
     def fail(self, task: str, holder: str) -> None:
         """Fail ``task`` as its latest lease's holder, or as the holder before (stale)."""
-        self._perform(Call(Op.FAIL, task, token=self._token_of(task, holder)))
+        self._perform(Call(Op.FAIL, task, token=self._token_of(task, holder) or NEVER_ISSUED))
 
     @rule(op=st.sampled_from(TOKEN_OPS), lease=leases, ttl_ticks=TTL_TICKS)
     def act_with_lease(self, op: str, lease: LeaseRef, ttl_ticks: int) -> None:
@@ -423,14 +426,14 @@ class BoardMachine(RuleBasedStateMachine):
             return
         if how == "another task's":
             others = TASK_IDS[TASK_IDS.index(task) + 1 :] + TASK_IDS[: TASK_IDS.index(task)]
-            token = next((t for t in map(self._latest_token, others) if t), "")
-            self._perform(Call(Op(op), task, token=token or "never-issued", ttl=self.tick))
+            token = next((t for o in others if (t := self._token_of(o, "latest"))), NEVER_ISSUED)
+            self._perform(Call(Op(op), task, token=token, ttl=self.tick))
             return
-        real = self._latest_token(task)
+        real = self._token_of(task, "latest")
         if real:
             ref = token_ref(real, self._labels, forgery=how, of=real)
         else:
-            real, ref = "never-issued", ""
+            real, ref = NEVER_ISSUED, ""
         self._perform(Call(Op(op), task, token=forge(real, how), ttl=self.tick), ref)
 
     @rule(
@@ -453,12 +456,8 @@ class BoardMachine(RuleBasedStateMachine):
         # the one before it (stale). A task never claimed has no token: use one never issued.
         tokens = [x.token for x in reversed(self.model.issued) if x.task_id == task_id]
         if not tokens:
-            return "never-issued"
+            return ""
         return tokens[1] if holder == "previous" and len(tokens) > 1 else tokens[0]
-
-    def _latest_token(self, task_id: str) -> str:
-        # The token of the task's latest lease, or "" if it never had one.
-        return next((x.token for x in reversed(self.model.issued) if x.task_id == task_id), "")
 
     # -- rules: the clock ----------------------------------------------------------------------
 
@@ -640,8 +639,8 @@ class BoardMachine(RuleBasedStateMachine):
         report = ContractViolation(violation.clause, violation.expected, violation.observed)
         report.step = step
         report.trace = tuple(self.trace)
-        directory = type(self).trace_dir or os.environ.get(TRACE_DIR_ENV)
-        if directory and _in_final_replay():
+        directory = self._failure_record_dir()
+        if directory:
             verdict = Verdict(
                 None if step is None else step.index,
                 violation.clause,
@@ -654,6 +653,12 @@ class BoardMachine(RuleBasedStateMachine):
             lines += ["", f"trace written to {path}; replay it with: taskboard replay {path}"]
         report.args = ("\n".join(lines),)
         return report
+
+    def _failure_record_dir(self) -> str | None:
+        """Where to write a failure's records: the trace dir, in Hypothesis's final replay of
+        the shrunk failure only (not for the many failures met while shrinking)."""
+        directory = type(self).trace_dir or os.environ.get(TRACE_DIR_ENV)
+        return directory if directory and _in_final_replay() else None
 
     def to_trace(self, verdict: Verdict | None = None) -> Trace:
         """This run so far as a :class:`Trace`, with the verdict if there is one."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import html
 import math
-import os
 import threading
 import time
 import unittest
@@ -35,18 +34,18 @@ from taskboard.model import (
     Operation,
     Outcome,
     check_history,
-    format_duration,
 )
 from taskboard.stateful._machine import (
     AGENTS,
+    NEVER_ISSUED,
     TASK_IDS,
     BoardMachine,
     _in_final_replay,
     dependency_graphs,
     grid_start,
 )
+from taskboard.stateful._trace import render_call
 from taskboard.stateful._tracefile import (
-    TRACE_DIR_ENV,
     ParallelOp,
     ParallelProgram,
     Verdict,
@@ -180,8 +179,8 @@ def run_program(
             )
         if result.verdict == "not linearizable":
             violation = _report(machine, program, history, result)
-            directory = type(machine).trace_dir or os.environ.get(TRACE_DIR_ENV)
-            if record and directory and _in_final_replay():
+            directory = machine._failure_record_dir() if record else None
+            if directory:
                 _write_records(machine, program, history, result, violation, directory)
             raise violation
     finally:
@@ -239,7 +238,8 @@ def _call(machine: BoardMachine, op: ParallelOp, mine: dict[str, str]) -> Call:
     if op.token == "mine" and op.task in mine:
         token = mine[op.task]
     else:
-        token = machine._token_of(op.task, "previous" if op.token == "previous" else "latest")
+        holder = "previous" if op.token == "previous" else "latest"
+        token = machine._token_of(op.task, holder) or NEVER_ISSUED
     return Call(Op(op.op), op.task, token=token, ttl=ttl)
 
 
@@ -350,12 +350,7 @@ def _write_records(
 
 
 def _describe(op: Operation, machine: BoardMachine) -> str:
-    call = op.call
-    what = (
-        f"claim({call.task_id!r}, agent={call.agent!r}, ttl={format_duration(call.ttl)})"
-        if call.op is Op.CLAIM
-        else f"{call.op}({call.task_id!r}, token={machine._label(call.token)})"
-    )
+    what = render_call(op.call, machine._label)
     if op.outcome is None:
         return f"{what} -> ? (infrastructure fault)"
     if op.outcome.error:

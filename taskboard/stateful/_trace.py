@@ -6,9 +6,9 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from taskboard._clock import as_utc
-from taskboard.model import Op, Outcome, Step, format_duration
+from taskboard.model import Call, Op, Outcome, Step, format_duration
 
-__all__ = ["FORGERIES", "forge", "render_step", "resolve_token", "token_ref"]
+__all__ = ["FORGERIES", "forge", "render_call", "render_step", "resolve_token", "token_ref"]
 
 #: Ways to forge a token from a real one: close misses that catch stores comparing by prefix,
 #: truncating the token column, or folding case.
@@ -63,15 +63,20 @@ def render_step(
         what = f"clock advances {moved}" if step.advance else "clock stays"
         text = what + (f"  ({step.note})" if step.note else "")
     else:
-        call = step.call
-        if call.op is Op.CLAIM:
-            args = f"{call.task_id!r}, agent={call.agent!r}, ttl={format_duration(call.ttl)}"
-        else:
-            args = f"{call.task_id!r}, token={token_label(call.token)}"
-            if call.op is Op.RENEW:
-                args += f", ttl={format_duration(call.ttl)}"
-        text = f"{call.op}({args}) -> {_render_outcome(step.outcome, start, token_label)}"
+        outcome = _render_outcome(step.outcome, start, token_label)
+        text = f"{render_call(step.call, token_label)} -> {outcome}"
     return f"{marker:>3}{step.index:>4}  {when:>9}  {text}"
+
+
+def render_call(call: Call, token_label: Callable[[str], str]) -> str:
+    """A call as a report shows it, its token named by ``token_label`` (``L3``, say)."""
+    if call.op is Op.CLAIM:
+        args = f"{call.task_id!r}, agent={call.agent!r}, ttl={format_duration(call.ttl)}"
+    else:
+        args = f"{call.task_id!r}, token={token_label(call.token)}"
+        if call.op is Op.RENEW:
+            args += f", ttl={format_duration(call.ttl)}"
+    return f"{call.op}({args})"
 
 
 def _render_outcome(
