@@ -24,7 +24,6 @@ from taskboard._fuzz import (
     DEFAULT_TARGET,
     FuzzReport,
     UsageError,
-    check_options,
     fuzz,
     parse_budget,
 )
@@ -171,9 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _fuzz(args: argparse.Namespace) -> int:
     budget = parse_budget(args.budget)
-    check_options(args.target, args.workers, args.max_examples, args.database)
     crew = "1 worker" if args.workers == 1 else f"{args.workers} workers"
-    print(f"taskboard fuzz: {args.target}, budget {args.budget}, {crew}", file=sys.stderr)
     report = fuzz(
         args.target,
         budget=budget,
@@ -184,6 +181,9 @@ def _fuzz(args: argparse.Namespace) -> int:
         trace_dir=args.trace_dir,
         progress=None if args.quiet else sys.stderr,
         parallel=args.parallel,
+        on_start=lambda: print(
+            f"taskboard fuzz: {args.target}, budget {args.budget}, {crew}", file=sys.stderr
+        ),
     )
     print(_summary(report))
     if report.failure is not None:

@@ -312,6 +312,7 @@ def fuzz(
     trace_dir: str = "taskboard-traces",
     progress: TextIO | None = sys.stderr,
     parallel: bool = False,
+    on_start: Callable[[], None] | None = None,
 ) -> FuzzReport:
     """Fuzz ``target`` until the budget (seconds) or ``max_examples`` runs out, or a failure.
 
@@ -319,11 +320,14 @@ def fuzz(
     and it is saved in the example database (``database``: a directory or ``redis://``
     URL; ``None`` is Hypothesis's default), so the next run replays it first. With
     ``parallel``, it runs the parallel mode (threads at once, checked for linearizability).
+    ``on_start`` is called once the options have been checked, before anything runs.
 
     Raises:
         UsageError: a bad target, database or argument.
     """
     machine, opened = check_options(target, workers, max_examples, database)
+    if on_start is not None:  # after the options are known good: a mistake stays one line
+        on_start()
     started = time.monotonic()
     meter = _Progress(progress, started, budget)
     if workers == 1:
