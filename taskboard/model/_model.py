@@ -15,13 +15,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, get_args
 
 from taskboard._clock import as_utc
 from taskboard._contract import Lease, State, Task
 from taskboard.model._calls import Allowed, Call, Op, Outcome, Step, describe_task, format_duration
 
 __all__ = [
+    "EXPIRED_LEASE_POLICIES",
     "Allowed",
     "BoardModel",
     "ContractViolation",
@@ -34,6 +35,8 @@ __all__ = [
 #: SPEC 3.4: what a board does with release/complete/fail by the current token of an expired
 #: lease nobody has taken over. ``"either"`` accepts both; a host may pin one.
 ExpiredLeasePolicy = Literal["either", "accept", "reject"]
+#: The three :data:`ExpiredLeasePolicy` values, for checking one read at run time.
+EXPIRED_LEASE_POLICIES: tuple[str, ...] = get_args(ExpiredLeasePolicy)
 
 #: The clause each operation's success is defined by.
 _CLAUSE = {
@@ -138,7 +141,7 @@ class BoardModel:
         resolution: timedelta = timedelta(microseconds=1),
     ) -> BoardModel:
         """The model of a fresh board holding ``tasks``; its first snapshot sets each seq."""
-        if policy not in ("either", "accept", "reject"):
+        if policy not in EXPIRED_LEASE_POLICIES:
             raise ValueError(f"policy must be 'either', 'accept' or 'reject', got {policy!r}")
         if not isinstance(resolution, timedelta) or resolution <= timedelta(0):
             raise ValueError(f"resolution must be a positive timedelta, got {resolution!r}")

@@ -17,11 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from taskboard._clock import as_utc
 from taskboard._contract import Lease, Task
 from taskboard.model import Allowed, Call, ExpiredLeasePolicy, Op, Outcome, Step
+from taskboard.model._model import EXPIRED_LEASE_POLICIES
 from taskboard.stateful._trace import FORGERIES
 
 __all__ = [
@@ -433,7 +434,7 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
     if version < 1:
         raise top.error("version", f"expected a version from 1, got {version}")
     policy = top.get("expired_lease_policy", str)
-    if policy not in get_args(ExpiredLeasePolicy):
+    if policy not in EXPIRED_LEASE_POLICIES:
         raise top.error("expired_lease_policy", f"expected either/accept/reject, got {policy!r}")
     resolution = top.duration("resolution_us", positive=True)
     tasks = tuple(
