@@ -65,7 +65,7 @@ import networkx as nx
 
 from taskboard._contract import Lease, State, Task
 from taskboard.model._calls import Call, Op, Outcome
-from taskboard.model._model import BoardModel, ContractViolation
+from taskboard.model._model import BoardModel, ContractViolation, applied_outcome
 
 __all__ = ["LinearizabilityResult", "LinearizabilityVerdict", "Operation", "check_history"]
 
@@ -247,10 +247,9 @@ class _Search:
         self.by_return = sorted(definite, key=lambda i: (self.returned[i], ops[i].id))
         # What an applied ambiguous operation returned; ``None``: it can only be skipped.
         self.applied: dict[int, Outcome | None] = {}
-        final_by_id = {task.id: task for task in final} if final is not None else {}
         for i, op in enumerate(ops):
             if op.outcome is None:
-                self.applied[i] = _applied_outcome(op.call, final, final_by_id, known_tokens)
+                self.applied[i] = _applied_outcome(op.call, final, known_tokens)
         self.ambiguous = sorted(
             (i for i in range(len(ops)) if i in self.applied and self._may_apply(i)),
             key=lambda i: (self.invoked[i], ops[i].id),
@@ -395,22 +394,12 @@ class _Search:
 
 
 def _applied_outcome(
-    call: Call, final: list[Task] | None, final_by_id: dict[str, Task], known: frozenset[str]
+    call: Call, final: list[Task] | None, known_tokens: frozenset[str]
 ) -> Outcome | None:
     """What an ambiguous call returned if it took effect, when that can be known."""
-    if call.op in (Op.RELEASE, Op.COMPLETE, Op.FAIL):
-        return Outcome()
     if final is None:
-        return None
-    task = final_by_id.get(call.task_id)
-    if task is None or task.state is not State.CLAIMED or task.lease is None:
-        return None
-    lease = task.lease
-    if call.op is Op.CLAIM and task.owner == call.agent and lease.token not in known:
-        return Outcome(task=task)
-    if call.op is Op.RENEW and lease.token == call.token:
-        return Outcome(task=task)
-    return None
+        return Outcome() if call.op in (Op.RELEASE, Op.COMPLETE, Op.FAIL) else None
+    return applied_outcome(call, final, known_tokens)
 
 
 def _placeholder_claim(op: Operation, model: BoardModel, now: datetime) -> Outcome | None:

@@ -510,6 +510,40 @@ class BoardModel:
             )
         return dataclasses.replace(self, records=tuple(records))
 
+    def settle(
+        self, call: Call, now: datetime, snapshot: Sequence[Task]
+    ) -> tuple[BoardModel, Outcome | None]:
+        """After ``call`` at ``now`` met an infrastructure fault, so that whether it took
+        effect is unknown: the model that ``snapshot`` shows, the call left out or applied.
+
+        Returns the reconciled model and, when the call took effect, what it returned
+        (the lease a claim or renew left in the snapshot; ``None`` when it did not).
+
+        Raises:
+            ContractViolation: the snapshot matches neither the board without the call
+                nor the board after it succeeded (or the call could not have succeeded).
+        """
+        try:
+            return self.reconcile(snapshot), None
+        except ContractViolation as violation:
+            without = violation
+        known = frozenset(issued.token for issued in self.issued)
+        applied = applied_outcome(call, snapshot, known)
+        if applied is not None:
+            try:
+                return self.advance(call, now, applied).reconcile(snapshot), applied
+            except ContractViolation as violation:
+                with_it = f"with it applied, {violation.observed} ({violation.clause})"
+        else:
+            with_it = f"it shows no lease that {call.op} could have left"
+        raise ContractViolation(
+            without.clause,
+            f"after {call.op} of {call.task_id!r} failed with an infrastructure fault, a "
+            "snapshot of the board either without the call or with it applied (SPEC 3.7)",
+            f"listed a snapshot that matches neither: without the call, {without.expected} "
+            f"but the board {without.observed}; {with_it}",
+        )
+
     def _compare(self, record: _Record, got: Task) -> None:
         want = record.task
         if record.pending is not None:
@@ -590,3 +624,25 @@ def _unexpected(allowed: Sequence[Allowed], outcome: Outcome) -> ContractViolati
     clause = " / ".join(dict.fromkeys(a.clause for a in allowed))
     expected = " or ".join(str(a) for a in allowed)
     return ContractViolation(clause, expected, str(outcome))
+
+
+def applied_outcome(
+    call: Call, snapshot: Sequence[Task], known_tokens: frozenset[str]
+) -> Outcome | None:
+    """What ``call`` returned if it took effect, as far as ``snapshot`` shows.
+
+    Release, complete and fail return nothing; a claim returned the task with a lease
+    for its agent under a token not in ``known_tokens``; a renew, the task under the
+    same token. ``None``: the snapshot shows no such lease.
+    """
+    if call.op in (Op.RELEASE, Op.COMPLETE, Op.FAIL):
+        return Outcome()
+    task = next((t for t in snapshot if isinstance(t, Task) and t.id == call.task_id), None)
+    if task is None or task.state is not State.CLAIMED or task.lease is None:
+        return None
+    lease = task.lease
+    if call.op is Op.CLAIM and task.owner == call.agent and lease.token not in known_tokens:
+        return Outcome(task=task)
+    if call.op is Op.RENEW and lease.token == call.token:
+        return Outcome(task=task)
+    return None
