@@ -53,7 +53,7 @@ class Unchecked(Counted):
         self.trace.append(Step(len(self.trace) + 1, now, call, outcome))
         return outcome
 
-    def _observe(self, step: Step | None) -> None:
+    def _observe(self, step: Step | None, snapshot: list[Task] | None = None) -> None:
         pass
 
     def _check_live_holders(self) -> None:

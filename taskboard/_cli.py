@@ -2,7 +2,8 @@
 
 Exit codes: 0 when all is well, 1 when a contract violation or a snapshot problem was
 found, 2 for a usage mistake (a bad target, file, budget or database), which is reported
-in one line without a traceback.
+in one line without a traceback, and 3 when ``fuzz`` stopped on an infrastructure fault
+(the storage failed or a call hung: no verdict on the contract).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from taskboard.stateful._tracefile import (
 
 __all__ = ["main"]
 
-OK, FOUND, USAGE = 0, 1, 2
+OK, FOUND, USAGE, FAULT = 0, 1, 2, 3
 
 #: Transitions worth seeing reached, as (state, operation, outcome), with what they mean.
 KEY_TRANSITIONS = (
@@ -73,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="taskboard",
         description="Prove that a storage backend keeps the taskboard coordination contract.",
-        epilog="Exit codes: 0 all well, 1 a violation or problem found, 2 a usage mistake.",
+        epilog="Exit codes: 0 all well, 1 a violation or problem found, 2 a usage mistake, "
+        "3 fuzz stopped on an infrastructure fault.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
@@ -85,7 +87,10 @@ def _parser() -> argparse.ArgumentParser:
             "Fuzz a board with BoardMachine until the budget or example count runs out, or "
             "a contract violation is found. On a violation it writes the shrunk trace, saves "
             "the failure in the example database (the next run, or a plain pytest run of the "
-            "same machine, replays it first) and exits 1."
+            "same machine, replays it first) and exits 1. A board call that raises an "
+            "exception the contract does not name (a ConnectionError, a driver error), or "
+            "hangs past --call-timeout, is an infrastructure fault: the run stops and exits 3, "
+            "unless --tolerate-faults."
         ),
     )
     fuzz_cmd.add_argument(
@@ -113,6 +118,19 @@ def _parser() -> argparse.ArgumentParser:
         "--parallel",
         action="store_true",
         help="run the parallel mode: several threads at once, checked for linearizability",
+    )
+    fuzz_cmd.add_argument(
+        "--call-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="cut off a board call that takes longer, as an infrastructure fault (default: "
+        "the machine's, 10 s; 0: no limit)",
+    )
+    fuzz_cmd.add_argument(
+        "--tolerate-faults",
+        action="store_true",
+        help="fuzz through infrastructure faults: after one, accept the snapshot with or "
+        "without the failed call applied, and go on",
     )
     fuzz_cmd.add_argument("--quiet", action="store_true", help="no live progress line")
 
@@ -181,6 +199,8 @@ def _fuzz(args: argparse.Namespace) -> int:
         trace_dir=args.trace_dir,
         progress=None if args.quiet else sys.stderr,
         parallel=args.parallel,
+        call_timeout=args.call_timeout,
+        tolerate_faults=args.tolerate_faults,
         on_start=lambda: print(
             f"taskboard fuzz: {args.target}, budget {args.budget}, {crew}", file=sys.stderr
         ),
@@ -188,12 +208,18 @@ def _fuzz(args: argparse.Namespace) -> int:
     print(_summary(report))
     if report.failure is not None:
         print("\n" + report.failure)
-        return FOUND
+        return FAULT if report.fault else FOUND
     return OK
 
 
 def _summary(report: FuzzReport) -> str:
-    verdict = "FAILED: a contract violation (below)" if report.failure else "no violation found"
+    verdict = (
+        "no violation found"
+        if report.failure is None
+        else "STOPPED: an infrastructure fault, not a contract violation (below)"
+        if report.fault
+        else "FAILED: a contract violation (below)"
+    )
     lines = [
         f"{report.examples} examples, {report.steps} steps in {report.seconds:.1f}s "
         f"({report.steps_per_second:,.0f} steps/s, {report.workers} worker"

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any, TypeVar, cast
 
 from taskboard._contract import Board, ClaimRequest
+from taskboard._driver import LoopDriver, arm_start_line, driven, is_async_board
 from taskboard._errors import (
     BoardError,
     CriterionError,
@@ -178,6 +181,31 @@ def _timeouts(tally: _Tally, seconds: float) -> str:
     return f" ({tally.timeouts} of them timed out after {seconds:g} s)" if tally.timeouts else ""
 
 
+Criterion = TypeVar("Criterion", bound=Callable[..., int])
+
+
+def _drives_async_boards(criterion: Criterion) -> Criterion:
+    """Run a criterion on an async board through an event loop of the criterion's own:
+    every participant's coroutine runs there, so they interleave at their ``await`` points."""
+    signature = inspect.signature(criterion)
+
+    @functools.wraps(criterion)
+    def run(*args: Any, **kwargs: Any) -> int:
+        arguments = signature.bind(*args, **kwargs)
+        board = arguments.arguments["board"]
+        if not is_async_board(board):
+            return criterion(*args, **kwargs)
+        driver = LoopDriver(None)
+        arguments.arguments["board"] = driven(board, driver)
+        try:
+            return criterion(*arguments.args, **arguments.kwargs)
+        finally:
+            driver.close()
+
+    return cast(Criterion, run)
+
+
+@_drives_async_boards
 def concurrent_claim(
     board: Board,
     task_id: str,
@@ -198,6 +226,9 @@ def concurrent_claim(
 
     The task should exist, not be ``DONE``, have every dependency ``DONE`` and
     no live lease; the criterion does not release the winner's claim.
+
+    An async board (coroutine methods) is driven on an event loop the criterion
+    starts and stops, so its client must bind to a loop on first use.
 
     Args:
         board: The board under test.
@@ -250,6 +281,7 @@ def concurrent_claim(
         )
         for i, agent in enumerate(agents)
     ]
+    arm_start_line(board, len(calls))
     tally = _collect(_race(calls, seconds), TakenError)
     if not tally.others:
         return tally.winners
@@ -271,6 +303,7 @@ def concurrent_claim(
     )
 
 
+@_drives_async_boards
 def duplicate_token_submit(
     board: Board,
     task_id: str,
@@ -293,6 +326,9 @@ def duplicate_token_submit(
 
     The task should exist, not be ``DONE``, have every dependency ``DONE`` and
     no live lease; on success it is left ``DONE``.
+
+    An async board (coroutine methods) is driven on an event loop the criterion
+    starts and stops, so its client must bind to a loop on first use.
 
     Args:
         board: The board under test.
@@ -375,6 +411,7 @@ def duplicate_token_submit(
         )
         for i in range(workers)
     ]
+    arm_start_line(board, len(calls))
     tally = _collect(_race(calls, seconds, deadline), LeaseLostError)
     if not tally.others:
         return tally.winners

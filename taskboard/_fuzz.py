@@ -16,7 +16,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TextIO
@@ -29,7 +29,12 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard._profiles import NIGHTLY, register_profiles
 from taskboard.model import ContractViolation, violations_in
-from taskboard.stateful._machine import _LISTENERS, BoardMachine
+from taskboard.stateful._machine import (
+    _LISTENERS,
+    BoardMachine,
+    InfrastructureFault,
+    hangs_reported,
+)
 from taskboard.stateful._parallel import run_parallel_state_machine
 
 __all__ = [
@@ -49,7 +54,7 @@ DEFAULT_TARGET = "taskboard.hosts.sqlite:SQLiteBoard"
 #: Examples per Hypothesis run; the budget is checked between runs.
 _BATCH = 50
 #: Class attributes a fuzzing run sets on the machine for its duration, then restores.
-_PATCHED = ("trace_dir", "_hypothesis_internal_use_seed")
+_PATCHED = ("trace_dir", "_hypothesis_internal_use_seed", "call_timeout", "tolerate_faults")
 
 
 class UsageError(Exception):
@@ -171,6 +176,8 @@ class FuzzReport:
     workers: int = 1
     transitions: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     failure: str | None = None
+    #: True when the failure is an infrastructure fault, not a contract violation.
+    fault: bool = False
     trace_file: str | None = None
 
     @property
@@ -205,12 +212,15 @@ def _run_batches(
     report: FuzzReport,
     tick: Callable[[], None],
     parallel: bool = False,
+    overrides: Mapping[str, Any] | None = None,
 ) -> None:
     register_profiles()
     runner = run_parallel_state_machine if parallel else run_state_machine_as_test
     base = settings(settings.get_profile(NIGHTLY), database=database)
     saved = {name: machine.__dict__[name] for name in _PATCHED if name in machine.__dict__}
     machine.trace_dir = trace_dir
+    for name, value in (overrides or {}).items():
+        setattr(machine, name, value)
     batch_index = 0
     try:
         with _listening(report, tick):
@@ -223,7 +233,12 @@ def _run_batches(
                     hypothesis_seed(seed + batch_index)(machine)
                 batch_index += 1
                 try:
-                    runner(machine, settings=settings(base, max_examples=batch))
+                    with hangs_reported():
+                        runner(machine, settings=settings(base, max_examples=batch))
+                except InfrastructureFault as fault:
+                    report.failure, report.fault = str(fault), True
+                    report.trace_file = fault.trace_file
+                    return
                 except (ContractViolation, Flaky) as caught:
                     violation = next(iter(violations_in(caught)), None)
                     report.failure = str(violation or caught)
@@ -250,6 +265,7 @@ def _worker(
     trace_dir: str,
     updates: Any,
     parallel: bool,
+    overrides: Mapping[str, Any],
 ) -> None:
     """One fuzzing process: runs batches and sends its counts to the parent."""
     report = FuzzReport()
@@ -274,6 +290,7 @@ def _worker(
             report=report,
             tick=tick,
             parallel=parallel,
+            overrides=overrides,
         )
     except Exception as exc:  # a crash in a worker is reported, not swallowed
         updates.put(("crash", index, f"{type(exc).__name__}: {exc}", None))
@@ -312,6 +329,8 @@ def fuzz(
     trace_dir: str = "taskboard-traces",
     progress: TextIO | None = sys.stderr,
     parallel: bool = False,
+    call_timeout: float | None = None,
+    tolerate_faults: bool = False,
     on_start: Callable[[], None] | None = None,
 ) -> FuzzReport:
     """Fuzz ``target`` until the budget (seconds) or ``max_examples`` runs out, or a failure.
@@ -320,12 +339,22 @@ def fuzz(
     and it is saved in the example database (``database``: a directory or ``redis://``
     URL; ``None`` is Hypothesis's default), so the next run replays it first. With
     ``parallel``, it runs the parallel mode (threads at once, checked for linearizability).
+    ``call_timeout`` (seconds; 0: no limit) and ``tolerate_faults`` override the
+    machine's own settings (``None`` and ``False`` keep them); an infrastructure
+    fault also stops the run, with ``report.fault`` set.
     ``on_start`` is called once the options have been checked, before anything runs.
 
     Raises:
         UsageError: a bad target, database or argument.
     """
     machine, opened = check_options(target, workers, max_examples, database)
+    overrides: dict[str, Any] = {}
+    if call_timeout is not None:
+        if not call_timeout >= 0 or call_timeout == float("inf"):
+            raise UsageError(f"--call-timeout must be a number of seconds >= 0, got {call_timeout}")
+        overrides["call_timeout"] = timedelta(seconds=call_timeout) if call_timeout else None
+    if tolerate_faults:
+        overrides["tolerate_faults"] = True
     if on_start is not None:  # after the options are known good: a mistake stays one line
         on_start()
     started = time.monotonic()
@@ -342,10 +371,20 @@ def fuzz(
             report=report,
             tick=lambda: meter.show(report.examples, report.steps, 0),
             parallel=parallel,
+            overrides=overrides,
         )
     else:
         report = _fuzz_in_processes(
-            target, budget, max_examples, seed, workers, database, trace_dir, meter, parallel
+            target,
+            budget,
+            max_examples,
+            seed,
+            workers,
+            database,
+            trace_dir,
+            meter,
+            parallel,
+            overrides,
         )
     report.seconds = time.monotonic() - started
     report.workers = workers
@@ -363,6 +402,7 @@ def _fuzz_in_processes(
     trace_dir: str,
     meter: _Progress,
     parallel: bool,
+    overrides: Mapping[str, Any],
 ) -> FuzzReport:
     context = multiprocessing.get_context("spawn")
     updates = context.Queue()
@@ -372,7 +412,18 @@ def _fuzz_in_processes(
     processes = [
         context.Process(
             target=_worker,
-            args=(target, i, budget, shares[i], seed, database, trace_dir, updates, parallel),
+            args=(
+                target,
+                i,
+                budget,
+                shares[i],
+                seed,
+                database,
+                trace_dir,
+                updates,
+                parallel,
+                overrides,
+            ),
             daemon=True,
         )
         for i in range(workers)
@@ -402,6 +453,7 @@ def _fuzz_in_processes(
                 total.transitions.update(done.transitions)
                 if done.failure and total.failure is None:
                     total.failure, total.trace_file = done.failure, done.trace_file
+                    total.fault = done.fault
                     break
             examples = sum(c[0] for c in counts.values())
             steps = sum(c[1] for c in counts.values())

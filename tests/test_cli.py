@@ -73,8 +73,19 @@ def minimal_trace_json(version: int = 1) -> str:
 @pytest.mark.parametrize(
     ("command", "mentions"),
     [
-        ([], ["fuzz", "replay", "check", "Exit codes"]),
-        (["fuzz"], ["--budget", "--max-examples", "--workers", "--database", "--trace-dir"]),
+        ([], ["fuzz", "replay", "check", "Exit codes", "infrastructure fault"]),
+        (
+            ["fuzz"],
+            [
+                "--budget",
+                "--max-examples",
+                "--workers",
+                "--database",
+                "--trace-dir",
+                "--call-timeout",
+                "--tolerate-faults",
+            ],
+        ),
         (["replay"], ["--board", "--emit-test"]),
         (["check"], ["--json", "snapshot"]),
     ],
@@ -239,6 +250,58 @@ def test_workers_run_in_separate_processes(tmp_path: Path) -> None:
     assert not pids & parents
 
 
+FAULTY_BOARD = """
+import threading
+from taskboard.faults import inject_faults
+from taskboard.hosts.memory import MemoryBoard
+
+expired_lease_policy = "accept"
+
+def FaultyBoard(tasks, clock):
+    return inject_faults(MemoryBoard(tasks, clock), rate=0.05, seed=2)
+
+FaultyBoard.expired_lease_policy = "accept"
+
+class HangingBoard(MemoryBoard):
+    def claim(self, task_id, agent, request):
+        threading.Event().wait()
+"""
+
+
+def test_fuzz_exits_3_on_an_infrastructure_fault(tmp_path: Path) -> None:
+    """A correct board behind injected faults: fuzz stops on the fault and exits 3, not 1."""
+    (tmp_path / "faulty.py").write_text(FAULTY_BOARD, encoding="utf-8")
+    result = taskboard(tmp_path, "fuzz", "faulty:FaultyBoard", "--max-examples", "200", "--quiet")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "STOPPED: an infrastructure fault, not a contract violation" in summary(result).group(4)
+    assert "infrastructure fault at " in result.stdout
+    assert "InjectedFault" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_fuzz_tolerate_faults_fuzzes_through_them(tmp_path: Path) -> None:
+    """--tolerate-faults on the same board: the run goes on and finds no violation (exit 0)."""
+    (tmp_path / "faulty.py").write_text(FAULTY_BOARD, encoding="utf-8")
+    result = taskboard(
+        tmp_path, "fuzz", "faulty:FaultyBoard", "--max-examples", "200", "--tolerate-faults",
+        "--quiet",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert summary(result).group(4) == "no violation found"
+    assert "-> fault" in result.stdout  # the coverage table counts the tolerated faults
+
+
+def test_fuzz_call_timeout_reports_a_hung_call(tmp_path: Path) -> None:
+    """--call-timeout cuts off a claim that never returns: exit 3, with a timeout report."""
+    (tmp_path / "faulty.py").write_text(FAULTY_BOARD, encoding="utf-8")
+    result = taskboard(
+        tmp_path, "fuzz", "faulty:HangingBoard", "--call-timeout", "0.5", "--quiet",
+    )  # fmt: skip
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "a call hung" in result.stdout
+    assert "within the per-call timeout of 0.5 s" in result.stdout
+
+
 # -- usage mistakes --------------------------------------------------------------------------------
 
 SNAPSHOT_TASK = '{"tasks": [TASK]}'
@@ -248,6 +311,12 @@ SNAPSHOT_TASK = '{"tasks": [TASK]}'
     ("args", "files", "message"),
     [
         pytest.param(["fuzz", "nocolon"], {}, "is not of the form module:Name", id="no-colon"),
+        pytest.param(
+            ["fuzz", "--call-timeout", "-1"], {}, "--call-timeout must be", id="negative-timeout"
+        ),
+        pytest.param(
+            ["fuzz", "--call-timeout", "soon"], {}, "invalid float value", id="timeout-not-number"
+        ),
         pytest.param(["fuzz", "no_such_module_xyz:Board"], {}, "cannot import", id="no-module"),
         pytest.param(
             ["fuzz", "taskboard.hosts.memory:NoSuchBoard"], {}, "has no 'NoSuchBoard'", id="no-attr"
@@ -511,7 +580,7 @@ def test_factory_machine_makes_and_closes_boards(targets: str) -> None:
     """The wrapping machine makes boards with the factory and closes those that can close."""
     machine = machine_for_target(f"{targets}:ClosingBoard")()
     machine.start(deps={"t1": (), "t2": (), "t3": ()}, start_ticks=0)
-    board = machine.board
+    board = machine.made_board
     assert isinstance(board, ClosingBoard)
     machine.claim("t1", "a1", 5)
     assert not board.closed

@@ -195,7 +195,8 @@ def _taskboard(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_fuzz_reports_workers_that_die_and_boards_that_raise(tmp_path: Path) -> None:
-    """Dead workers and a make_board that raises are failures (exit 1), never a pass."""
+    """Dead workers are a failure (exit 1) and a make_board that raises is an infrastructure
+    fault (exit 3): never a pass."""
     (tmp_path / "broken_boards.py").write_text(
         "import os\n"
         "def dies(tasks, clock):\n"
@@ -209,7 +210,8 @@ def test_fuzz_reports_workers_that_die_and_boards_that_raise(tmp_path: Path) -> 
     assert dead.returncode == 1, dead.stdout + dead.stderr
     assert "stopped without a report" in dead.stdout
     raised = _taskboard(tmp_path, "fuzz", "broken_boards:raises", "--quiet", "--budget", "20s")
-    assert raised.returncode == 1, raised.stdout + raised.stderr
+    assert raised.returncode == 3, raised.stdout + raised.stderr
+    assert "infrastructure fault at make_board(tasks, clock)" in raised.stdout
     assert "RuntimeError: no connection" in raised.stdout
     assert "Traceback" not in raised.stderr
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import Phase, settings
@@ -14,6 +14,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from taskboard._clock import ManualClock, as_utc
 from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard, State, Task
 from taskboard._criteria import concurrent_claim, duplicate_token_submit
+from taskboard._driver import Driver, close_driven, make_driven
 from taskboard._errors import (
     BlockedError,
     LeaseLostError,
@@ -23,7 +24,7 @@ from taskboard._errors import (
 )
 from taskboard.model import ExpiredLeasePolicy
 from taskboard.stateful import BoardMachine, run_parallel_state_machine
-from taskboard.stateful._machine import grid_start
+from taskboard.stateful._machine import grid_start, hangs_reported
 
 __all__ = ["BoardContract"]
 
@@ -51,7 +52,8 @@ class BoardContract:
 
     Class attributes to set:
 
-    * ``clock_resolution`` and ``expired_lease_policy``: as on ``BoardMachine``.
+    * ``clock_resolution``, ``expired_lease_policy`` and ``call_timeout``: as on
+      ``BoardMachine``.
     * ``machine_settings``: Hypothesis settings for the state-machine run;
       ``None`` (default) follows the loaded profile, so ``--hypothesis-profile``
       or ``settings.load_profile`` set the depth.
@@ -64,6 +66,7 @@ class BoardContract:
 
     clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
+    call_timeout: ClassVar[timedelta | None] = BoardMachine.call_timeout
     machine_settings: ClassVar[settings | None] = None
     parallel_settings: ClassVar[settings | None] = None
     criteria_rounds: ClassVar[int] = 20
@@ -71,15 +74,21 @@ class BoardContract:
 
     # -- hooks -------------------------------------------------------------------------------
 
-    def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Board:
-        """Return a fresh, isolated Board holding ``tasks`` that reads time only from ``clock``."""
+    def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Any:
+        """Return a fresh, isolated Board holding ``tasks`` that reads time only from ``clock``.
+
+        May be ``async def``, and the board's methods may be coroutines.
+        """
         raise NotImplementedError(
             f"{type(self).__qualname__} must define make_board(self, tasks, clock) returning a "
             "fresh Board that holds `tasks` and reads time only from `clock`"
         )
 
-    def close_board(self, board: Board) -> None:
-        """Release what :meth:`make_board` acquired; runs after every test that made a board."""
+    def close_board(self, board: Any) -> Any:
+        """Release what :meth:`make_board` acquired; runs after every test that made a board.
+
+        May be ``async def``; ``board`` is what :meth:`make_board` returned.
+        """
 
     # -- fixtures ------------------------------------------------------------------------------
 
@@ -90,17 +99,24 @@ class BoardContract:
 
     @pytest.fixture
     def open_board(self, clock: ManualClock) -> Iterator[OpenBoard]:
-        """``open_board(*tasks)`` makes a board on ``clock``; every board is closed afterwards."""
-        boards: list[Board] = []
+        """``open_board(*tasks)`` makes a board on ``clock``; every board is closed afterwards.
+
+        The board comes back synchronous whatever the host's is: an async board runs on
+        an event loop of its own, made before ``make_board`` and stopped after
+        ``close_board``; calls are cut off after ``call_timeout``.
+        """
+        opened: list[tuple[Any, Driver]] = []
 
         def factory(*tasks: Task) -> Board:
-            board = self.make_board(list(tasks), clock)
-            boards.append(board)
+            made, board, driver = make_driven(
+                self.make_board, (list(tasks), clock), self.call_timeout
+            )
+            opened.append((made, driver))
             return board
 
         yield factory
-        for board in boards:
-            self.close_board(board)
+        for made, driver in opened:
+            close_driven(self.close_board, made, driver)
 
     @property
     def tick(self) -> timedelta:
@@ -502,11 +518,13 @@ class BoardContract:
             close=self.close_board,
             clock_resolution=self.clock_resolution,
             expired_lease_policy=self.expired_lease_policy,
+            call_timeout=self.call_timeout,
         )
         machine.__name__ = machine.__qualname__ = f"{type(self).__name__}Machine"
         chosen = self.machine_settings or settings()
         phases = tuple(p for p in chosen.phases if p is not Phase.explain)
-        run_state_machine_as_test(machine, settings=settings(chosen, phases=phases))
+        with hangs_reported():
+            run_state_machine_as_test(machine, settings=settings(chosen, phases=phases))
 
     def test_parallel_histories_are_linearizable(self) -> None:
         """SPEC 3 and 5: calls from several threads at once behave as some order of single calls."""
@@ -515,6 +533,7 @@ class BoardContract:
             close=self.close_board,
             clock_resolution=self.clock_resolution,
             expired_lease_policy=self.expired_lease_policy,
+            call_timeout=self.call_timeout,
         )
         machine.__name__ = machine.__qualname__ = f"{type(self).__name__}ParallelMachine"
         profile = settings()

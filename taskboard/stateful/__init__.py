@@ -3,9 +3,10 @@
 Also the trace files a failure leaves behind, and their replay against any board.
 """
 
+from taskboard._driver import CallTimeoutError
 from taskboard._profiles import register_profiles
 from taskboard.model import ContractViolation, violations_in
-from taskboard.stateful._machine import BoardMachine
+from taskboard.stateful._machine import BoardMachine, InfrastructureFault
 from taskboard.stateful._parallel import run_parallel_state_machine, timeline_html
 from taskboard.stateful._replay import ReplayResult, replay_trace
 from taskboard.stateful._tracefile import (
@@ -25,7 +26,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "TRACE_DIR_ENV",
     "BoardMachine",
+    "CallTimeoutError",
     "ContractViolation",
+    "InfrastructureFault",
     "ReplayResult",
     "Trace",
     "TraceFileError",

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import networkx as nx
 from hypothesis import Phase, settings
@@ -29,6 +31,8 @@ from hypothesis.strategies._internal.featureflags import FeatureFlags, FeatureSt
 from taskboard._check import check
 from taskboard._clock import ManualClock, as_utc
 from taskboard._contract import Board, FailingBoard, RenewingBoard, State, Task
+from taskboard._driver import CallTimeoutError, Driver, close_driven, make_driven
+from taskboard._errors import BoardError
 from taskboard.model import (
     BoardModel,
     Call,
@@ -44,7 +48,7 @@ from taskboard.model._model import EXPIRED_LEASE_POLICIES
 from taskboard.stateful._trace import FORGERIES, forge, render_step, token_ref
 from taskboard.stateful._tracefile import TRACE_DIR_ENV, Trace, Verdict, write_trace
 
-__all__ = ["BoardMachine"]
+__all__ = ["BoardMachine", "InfrastructureFault"]
 
 #: Task ids of every generated board. Few, so operations collide on the same task.
 TASK_IDS = ("t1", "t2", "t3")
@@ -151,12 +155,45 @@ def dependency_graphs(draw: st.DrawFn) -> dict[str, tuple[str, ...]]:
     return deps
 
 
+class _HungRun(BaseException):  # not an error: it ends a run
+    """A call hung: the run ends now. Hypothesis would shrink an ``Exception`` by replaying
+    it, each replay costing a whole timeout; it lets other ``BaseException`` s through."""
+
+    def __init__(self, fault: InfrastructureFault) -> None:
+        super().__init__(str(fault))
+        self.fault = fault
+
+
+def _raise_fault(report: InfrastructureFault) -> NoReturn:
+    # Every fault is raised from this one line: Hypothesis tells failures apart by where
+    # they were raised, and faults, wherever they happen, are one kind of failure.
+    if isinstance(report.exception, CallTimeoutError):
+        raise _HungRun(report) from report.exception
+    raise report from report.exception
+
+
+@contextmanager
+def hangs_reported() -> Iterator[None]:
+    """Turn a run ended by a hung call back into the :class:`InfrastructureFault` it was."""
+    try:
+        yield
+    except _HungRun as hung:
+        raise hung.fault from hung.fault.exception
+
+
 def _in_final_replay() -> bool:
     # Hypothesis replays the shrunk failing example once more at the end: the failure to keep.
     try:
         return current_build_context().is_final
     except InvalidArgument:
         return False
+
+
+def _async_make_board(factory: Callable[..., Any]) -> Callable[..., Any]:
+    async def make_board(self: BoardMachine, tasks: Sequence[Task], clock: ManualClock) -> Any:
+        return await factory(tasks, clock)
+
+    return make_board
 
 
 class _ParallelTestCase:
@@ -168,8 +205,35 @@ class _ParallelTestCase:
         return parallel_test_case(owner)
 
 
-#: Makes a fresh board of the given tasks on the given clock.
-BoardFactory = Callable[[Sequence[Task], ManualClock], Board]
+#: Makes a fresh board of the given tasks on the given clock (an ``async def`` will do).
+BoardFactory = Callable[[Sequence[Task], ManualClock], Any]
+
+#: How often tolerant mode reads a snapshot that an infrastructure fault interrupts.
+SNAPSHOT_ATTEMPTS = 5
+
+
+class InfrastructureFault(Exception):
+    """The board's storage failed: not a contract violation, and not a verdict on the board.
+
+    :class:`BoardMachine` raises it when a board call raises an exception that is
+    no contract outcome (a ``ConnectionError``, a driver error, a ``TimeoutError``,
+    or any exception the contract does not name), or does not return within
+    ``call_timeout`` (then :attr:`exception` is a ``CallTimeoutError``). The
+    original exception is :attr:`exception` and the ``__cause__``; the message
+    names the step, what the contract allowed there, and the trace.
+    """
+
+    #: The step whose call failed; for a failed ``list_tasks()``, the step it followed.
+    step: Step | None = None
+    #: Every step of the run up to and including :attr:`step`.
+    trace: tuple[Step, ...] = ()
+    #: The JSON trace file written for this fault, if one was.
+    trace_file: str | None = None
+
+    def __init__(self, message: str, exception: BaseException) -> None:
+        super().__init__(message)
+        self.exception = exception
+
 
 #: Called with every machine at teardown (the fuzzer counts examples, steps and transitions).
 _LISTENERS: list[Callable[[BoardMachine], None]] = []
@@ -198,10 +262,27 @@ class BoardMachine(RuleBasedStateMachine):
     * ``expired_lease_policy``: SPEC 3.4, what the board does with
       release/complete/fail by the current token of an expired lease nobody has
       taken over: ``"either"`` (default, both accepted), ``"accept"`` or ``"reject"``.
+    * ``call_timeout``: how long one board call (``make_board`` and
+      ``close_board`` included) may take before it is cut off and reported as an
+      :class:`InfrastructureFault` (default 10 s; ``None``: no limit). A sync
+      board is cut off by ``SIGALRM``, so only when the machine runs in the main
+      thread; an async board's call is cancelled.
+    * ``tolerate_faults``: fuzz through infrastructure faults (default off). After a
+      call fails with one, its effect is unknown: the machine reads ``list_tasks()``
+      and accepts the snapshot only if it matches the board without the call or
+      with it applied, then goes on from there. A timeout still ends the run.
+
+    Async boards: a board whose methods are coroutines needs no wrapper. The machine
+    runs it on an event loop of its own, on a thread of its own, one loop per
+    example: the loop starts before ``make_board`` (which may be ``async def``) and
+    stops after ``close_board`` (which may be ``async def`` too), and every call in
+    between runs on it. Clients that bind to a loop must be made in ``make_board``.
     """
 
     clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
+    call_timeout: ClassVar[timedelta | None] = timedelta(seconds=10)
+    tolerate_faults: ClassVar[bool] = False
     #: Where the shrunk failing trace is written as JSON; ``None`` reads the
     #: ``TASKBOARD_TRACE_DIR`` environment variable, and no trace is written if it is unset.
     trace_dir: ClassVar[str | None] = None
@@ -218,6 +299,9 @@ class BoardMachine(RuleBasedStateMachine):
         self.tick = type(self).clock_resolution
         _keep_core_rules_enabled(self)
         self.board: Board | None = None
+        #: The board as ``make_board`` returned it (``board`` is it as the machine calls it).
+        self.made_board: Any = None
+        self._driver: Driver | None = None
         self.trace: list[Step] = []
         self._labels: dict[str, str] = {}
         # Every lease's latest until, and the leases their holders gave up (released, ...).
@@ -231,8 +315,9 @@ class BoardMachine(RuleBasedStateMachine):
         """Check the hooks and class attributes a subclass set, before anything runs.
 
         Raises:
-            TypeError: ``make_board`` is missing, or ``clock_resolution`` or
-                ``expired_lease_policy`` has a value the machine cannot use.
+            TypeError: ``make_board`` is missing, or ``clock_resolution``,
+                ``expired_lease_policy``, ``call_timeout`` or ``tolerate_faults`` has
+                a value the machine cannot use.
         """
         if cls.make_board is BoardMachine.make_board:
             raise TypeError(
@@ -244,6 +329,17 @@ class BoardMachine(RuleBasedStateMachine):
             raise TypeError(
                 f"{cls.__qualname__}.clock_resolution must be a positive timedelta, "
                 f"got {resolution!r}"
+            )
+        timeout: object = cls.call_timeout
+        if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
+            raise TypeError(
+                f"{cls.__qualname__}.call_timeout must be a positive timedelta or None, "
+                f"got {timeout!r}"
+            )
+        if not isinstance(cls.tolerate_faults, bool):
+            raise TypeError(
+                f"{cls.__qualname__}.tolerate_faults must be True or False, "
+                f"got {cls.tolerate_faults!r}"
             )
         if cls.expired_lease_policy not in EXPIRED_LEASE_POLICIES:
             raise TypeError(
@@ -259,6 +355,14 @@ class BoardMachine(RuleBasedStateMachine):
         if not getattr(case, "_taskboard_settings", False):
             phases = tuple(p for p in case.settings.phases if p is not Phase.explain)
             case.settings = settings(case.settings, phases=phases)
+            run_test = case.runTest
+
+            @functools.wraps(run_test)  # keeps Hypothesis's marks on it
+            def runTest(self: Any) -> None:  # noqa: N802  # unittest's name
+                with hangs_reported():
+                    run_test(self)
+
+            case.runTest = runTest  # type: ignore[method-assign]
             setattr(case, "_taskboard_settings", True)  # noqa: B010
         return case
 
@@ -267,7 +371,7 @@ class BoardMachine(RuleBasedStateMachine):
         cls,
         factory: BoardFactory,
         *,
-        close: Callable[[Board], None] | None = None,
+        close: Callable[[Any], Any] | None = None,
         **attributes: Any,
     ) -> type[BoardMachine]:
         """A machine class whose boards come from ``factory(tasks, clock)``.
@@ -275,7 +379,9 @@ class BoardMachine(RuleBasedStateMachine):
         ``TestMyBoard = BoardMachine.for_board(MyBoard).TestCase`` is the short form of
         subclassing. The factory's own ``clock_resolution`` and ``expired_lease_policy``
         attributes are used when it has them, and ``attributes`` set any class attribute.
-        Boards are closed with ``close(board)``, or with their own ``close()`` method.
+        Boards are closed with ``close(board)``, or with their own ``aclose()`` or
+        ``close()`` method; an ``async def`` factory or closer is awaited on the
+        machine's loop.
         """
         name = getattr(factory, "__name__", type(factory).__name__)
         namespace: dict[str, Any] = {
@@ -285,16 +391,17 @@ class BoardMachine(RuleBasedStateMachine):
         }
         namespace.update(attributes)
 
-        def make_board(self: BoardMachine, tasks: Sequence[Task], clock: ManualClock) -> Board:
+        def make_board(self: BoardMachine, tasks: Sequence[Task], clock: ManualClock) -> Any:
             return factory(tasks, clock)
 
-        def close_board(self: BoardMachine, board: Board) -> None:
+        if inspect.iscoroutinefunction(factory):
+            make_board = _async_make_board(factory)
+
+        def close_board(self: BoardMachine, board: Board) -> Any:
             if close is not None:
-                close(board)
-                return
-            own_close = getattr(board, "close", None)
-            if callable(own_close):
-                own_close()
+                return close(board)
+            own_close = getattr(board, "aclose", None) or getattr(board, "close", None)
+            return own_close() if callable(own_close) else None
 
         namespace.update(make_board=make_board, close_board=close_board)
         # Replay the trace against the factory itself when it can be imported by name.
@@ -310,19 +417,27 @@ class BoardMachine(RuleBasedStateMachine):
 
     # -- hooks -------------------------------------------------------------------------------
 
-    def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Board:
-        """Return a fresh, isolated Board holding ``tasks`` that reads time only from ``clock``."""
+    def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Any:
+        """Return a fresh, isolated Board holding ``tasks`` that reads time only from ``clock``.
+
+        May be ``async def``, and the board's methods may be coroutines (see the class
+        docstring for the event loop they run on).
+        """
         raise NotImplementedError
 
-    def close_board(self, board: Board) -> None:
-        """Release what :meth:`make_board` acquired; runs at the end of every example."""
+    def close_board(self, board: Any) -> Any:
+        """Release what :meth:`make_board` acquired; runs at the end of every example.
+
+        ``board`` is what :meth:`make_board` returned. May be ``async def``. Skipped
+        when a call hung and could not be stopped (the board's thread is still in it).
+        """
 
     def teardown(self) -> None:
-        """Hand the board to :meth:`close_board`."""
+        """Hand the board to :meth:`close_board`, then stop the board's event loop."""
         for listener in _LISTENERS:
             listener(self)
-        if self.board is not None:
-            self.close_board(self.board)
+        if self._driver is not None:
+            close_driven(self.close_board, self.made_board, self._driver)
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -345,10 +460,16 @@ class BoardMachine(RuleBasedStateMachine):
                 until = task.lease.until
                 self._untils[task.lease.token] = None if until is None else as_utc(until)
         self.clock = ManualClock(start)
-        board = self.make_board(list(tasks), self.clock)
-        if not isinstance(board, Board):
+        try:
+            made, board, self._driver = make_driven(
+                self.make_board, (list(tasks), self.clock), type(self).call_timeout
+            )
+        except Exception as exc:
+            _raise_fault(self._fault(exc, None, "make_board(tasks, clock)"))
+        self.made_board = made
+        if not isinstance(made, Board):
             raise TypeError(
-                f"{type(self).__qualname__}.make_board returned {board!r}, which is not a "
+                f"{type(self).__qualname__}.make_board returned {made!r}, which is not a "
                 "Board (it needs list_tasks, claim, release and complete)"
             )
         self.board = board
@@ -523,19 +644,23 @@ class BoardMachine(RuleBasedStateMachine):
         if not ref and call.op is not Op.CLAIM:
             ref = token_ref(call.token, self._labels)
         transition = self._transition(call, now)
-        board_exc: BaseException | None = None
+        board_exc: Exception | None = None
         try:
             outcome = Outcome.returned(call.invoke(self.board))
         except Exception as exc:
             board_exc = exc
             outcome = Outcome.raised(exc)
-        self.transitions[(*transition, outcome.error or "ok")] += 1
-        step = Step(len(self.trace) + 1, now, call, outcome, allowed, token_ref=ref)
-        if outcome.ok and outcome.task is not None and outcome.task.lease is not None:
-            token = outcome.task.lease.token
-            if isinstance(token, str) and token not in self._labels:
-                self._labels[token] = f"L{len(self._labels) + 1}"
+        fault = board_exc if board_exc is not None and not outcome.is_contract_error else None
+        tolerated = fault is not None and self._tolerates(fault)
+        self.transitions[(*transition, "fault" if fault else outcome.error or "ok")] += 1
+        note = "infrastructure fault tolerated: the call's effect is unknown" if tolerated else ""
+        step = Step(len(self.trace) + 1, now, call, outcome, allowed, note=note, token_ref=ref)
         self.trace.append(step)
+        if fault is not None:
+            if not tolerated:
+                _raise_fault(self._fault(fault, step))
+            return self._settle(call, now, step, fault)
+        self._label_lease(outcome)
         try:
             self.model = self.model.advance(call, now, outcome)
         except ContractViolation as violation:
@@ -543,6 +668,32 @@ class BoardMachine(RuleBasedStateMachine):
         self._remember_untils(call, outcome)
         self._observe(step)
         return outcome
+
+    def _tolerates(self, fault: Exception) -> bool:
+        # A call cut off by the timeout may still land later (a query the server goes on
+        # with), so no snapshot can settle it: timeouts end the run in either mode.
+        return type(self).tolerate_faults and not isinstance(fault, CallTimeoutError)
+
+    def _settle(self, call: Call, now: datetime, step: Step, fault: Exception) -> Outcome:
+        """Tolerant mode, after ``call`` met an infrastructure fault: adopt the snapshot if it
+        shows the board without the call or with it applied; returns what it returned if
+        applied, else the fault's outcome."""
+        snapshot = self._snapshot(step)
+        try:
+            self.model, applied = self.model.settle(call, now, snapshot)
+        except ContractViolation as violation:
+            raise self._report(violation, step) from fault
+        if applied is not None:
+            self._label_lease(applied)
+            self._remember_untils(call, applied)
+        self._observe(step, snapshot)
+        return step.outcome if applied is None else applied  # type: ignore[return-value]
+
+    def _label_lease(self, outcome: Outcome) -> None:
+        if outcome.ok and outcome.task is not None and outcome.task.lease is not None:
+            token = outcome.task.lease.token
+            if isinstance(token, str) and token not in self._labels:
+                self._labels[token] = f"L{len(self._labels) + 1}"
 
     def _transition(self, call: Call, now: datetime) -> tuple[str, str]:
         # (task state, operation): the state as the model sees it at ``now``, the operation with
@@ -580,15 +731,27 @@ class BoardMachine(RuleBasedStateMachine):
         else:
             self._given_up.add(call.token)
 
-    def _observe(self, step: Step | None) -> None:
+    def _snapshot(self, step: Step | None) -> list[Task]:
+        """``list_tasks()``; in tolerant mode, read again after an infrastructure fault."""
         assert self.board is not None
-        try:
-            snapshot = list(self.board.list_tasks())
-        except Exception as exc:
-            violation = ContractViolation(
-                "SPEC 3.7", "list_tasks() to return a snapshot", f"raised {exc!r}"
-            )
-            raise self._report(violation, step) from exc
+        attempts = SNAPSHOT_ATTEMPTS if type(self).tolerate_faults else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return list(self.board.list_tasks())
+            except BoardError as exc:
+                violation = ContractViolation(
+                    "SPEC 3.7", "list_tasks() to return a snapshot", f"raised {exc!r}"
+                )
+                raise self._report(violation, step) from exc
+            except Exception as exc:
+                if attempt == attempts or not self._tolerates(exc):
+                    after = "" if step is None else f" after step {step.index}"
+                    _raise_fault(self._fault(exc, step, f"list_tasks(){after}"))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _observe(self, step: Step | None, snapshot: list[Task] | None = None) -> None:
+        if snapshot is None:
+            snapshot = self._snapshot(step)
         try:
             self.model = self.model.reconcile(snapshot)
             problems = check(snapshot)
@@ -629,36 +792,81 @@ class BoardMachine(RuleBasedStateMachine):
             f"  clause    {violation.clause}",
             f"  expected  {violation.expected}",
             f"  board     {violation.observed}",
-            "",
-            f"trace (clock starts at {self.start_time.isoformat()}, "
-            f"resolution {format_duration(self.tick)}; L<n> is the n-th lease a claim returned):",
         ]
-        for earlier in self.trace:
-            marker = ">>" if step is not None and earlier.index == step.index else ""
-            lines.append(render_step(earlier, self.start_time, self._label, marker=marker))
         report = ContractViolation(violation.clause, violation.expected, violation.observed)
+        verdict = (violation.clause, violation.expected, violation.observed)
+        self._finish(report, lines, step, verdict)
+        return report
+
+    def _fault(self, exc: Exception, step: Step | None, during: str = "") -> InfrastructureFault:
+        """The report of an infrastructure fault in ``step``'s call, or ``during`` something
+        else (a ``list_tasks()`` or ``make_board``)."""
+        timeout = isinstance(exc, CallTimeoutError)
+        what = f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins.")
+        where = during or ("set-up" if step is None else f"step {step.index}")
+        lines = [
+            f"infrastructure fault at {where}: "
+            + ("a call hung" if timeout else f"the board raised {what}, not a contract outcome"),
+            "",
+        ]
+        if not during and step is not None and step.call is not None:
+            lines.append(f"  step      {render_step(step, self.start_time, self._label).strip()}")
+            lines.append("  allowed   " + " or ".join(str(a) for a in step.allowed))
+        lines.append(f"  fault     {what}: {exc}")
+        if timeout:
+            lines.append(
+                "  meaning   the call did not return within call_timeout; if the store is "
+                "just slow, raise it (call_timeout = timedelta(seconds=...))"
+            )
+        else:
+            lines.append(
+                "  meaning   the storage, its driver or the network failed (or the host "
+                "raised an exception the contract does not name): not a contract violation, "
+                "and the call's effect is unknown. To fuzz through such faults, set "
+                "tolerate_faults = True"
+            )
+        report = InfrastructureFault("", exc)
+        clause = "infrastructure fault"
+        self._finish(report, lines, step, (clause, "no infrastructure fault", f"raised {exc!r}"))
+        return report
+
+    def _finish(
+        self,
+        report: ContractViolation | InfrastructureFault,
+        lines: list[str],
+        step: Step | None,
+        verdict: tuple[str, str, str],
+    ) -> None:
+        """Add the trace to a report's lines, write the trace file, and set the message."""
+        if hasattr(self, "start_time"):
+            lines += [
+                "",
+                f"trace (clock starts at {self.start_time.isoformat()}, "
+                f"resolution {format_duration(self.tick)}; L<n> is the n-th lease a claim "
+                "returned):",
+            ]
+            for earlier in self.trace:
+                marker = ">>" if step is not None and earlier.index == step.index else ""
+                lines.append(render_step(earlier, self.start_time, self._label, marker=marker))
         report.step = step
         report.trace = tuple(self.trace)
-        directory = self._failure_record_dir()
-        if directory:
-            verdict = Verdict(
-                None if step is None else step.index,
-                violation.clause,
-                violation.expected,
-                violation.observed,
-                "\n".join(lines),
-            )
-            path = write_trace(self.to_trace(verdict), directory)
+        hung = isinstance(report, InfrastructureFault) and isinstance(
+            report.exception, CallTimeoutError
+        )
+        directory = self._failure_record_dir(final_only=not hung)
+        if directory and hasattr(self, "start_time"):
+            index = None if step is None else step.index
+            path = write_trace(self.to_trace(Verdict(index, *verdict, "\n".join(lines))), directory)
             report.trace_file = str(path)
             lines += ["", f"trace written to {path}; replay it with: taskboard replay {path}"]
         report.args = ("\n".join(lines),)
-        return report
 
-    def _failure_record_dir(self) -> str | None:
+    def _failure_record_dir(self, *, final_only: bool = True) -> str | None:
         """Where to write a failure's records: the trace dir, in Hypothesis's final replay of
-        the shrunk failure only (not for the many failures met while shrinking)."""
+        the shrunk failure only (not for the many failures met while shrinking), unless the
+        failure ends the run unshrunk (a hang)."""
         directory = type(self).trace_dir or os.environ.get(TRACE_DIR_ENV)
-        return directory if directory and _in_final_replay() else None
+        return directory if directory and (_in_final_replay() or not final_only) else None
 
     def to_trace(self, verdict: Verdict | None = None) -> Trace:
         """This run so far as a :class:`Trace`, with the verdict if there is one."""

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.internal.reflection import function_digest
 
 from taskboard._contract import Task
+from taskboard._driver import arm_start_line
 from taskboard.model import (
     Call,
     ContractViolation,
@@ -43,6 +44,7 @@ from taskboard.stateful._machine import (
     _in_final_replay,
     dependency_graphs,
     grid_start,
+    hangs_reported,
 )
 from taskboard.stateful._trace import render_call
 from taskboard.stateful._tracefile import (
@@ -150,7 +152,8 @@ def run_parallel_state_machine(
         test = seed(chosen_seed)(test)
     # An example is three whole runs with threads: no per-example deadline applies.
     test = type_settings(settings or type_settings(), deadline=None)(test)
-    test()
+    with hangs_reported():
+        test()
 
 
 def run_program(
@@ -279,6 +282,7 @@ def _run_threads(
                 op_id = next(ids)
             records[index].append(Operation(op_id, index, call, outcome, invoked, returned))
 
+    arm_start_line(board, sum(1 for ops in supported if ops))
     workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(threads))]
     for worker in workers:
         worker.start()

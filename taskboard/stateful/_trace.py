@@ -65,6 +65,8 @@ def render_step(
     else:
         outcome = _render_outcome(step.outcome, start, token_label)
         text = f"{render_call(step.call, token_label)} -> {outcome}"
+        if step.note:
+            text += f"  ({step.note})"
     return f"{marker:>3}{step.index:>4}  {when:>9}  {text}"
 
 

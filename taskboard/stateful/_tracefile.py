@@ -160,6 +160,8 @@ def _step_json(step: Step) -> dict[str, Any]:
         },
         allowed=[{"error": a.error, "clause": a.clause, "reason": a.reason} for a in step.allowed],
     )
+    if step.note:
+        record["note"] = step.note
     return record
 
 
@@ -364,7 +366,8 @@ def _step(reader: _Reader, expected_index: int) -> Step:
                 ar.get("error", str, optional=True), ar.get("clause", str), ar.get("reason", str)
             )
         )
-    return Step(index, at, call, outcome, tuple(allowed), token_ref=ref)
+    note = reader.get("note", str, optional=True) or ""
+    return Step(index, at, call, outcome, tuple(allowed), note=note, token_ref=ref)
 
 
 #: A duration longer than any clock could run a trace for (about 30 years), in microseconds.

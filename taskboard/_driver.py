@@ -1,0 +1,341 @@
+"""How the checker calls a board: sync or async, with a per-call timeout.
+
+A host's board may be synchronous, or its methods may be coroutines (a board on
+``redis.asyncio``, ``asyncpg`` or psycopg's async connection). The checker drives
+either through a :class:`Driver` and sees a synchronous :class:`~taskboard.Board`
+(:func:`driven`), so the machine, the parallel mode, the criteria and the replay
+have one code path.
+
+* :class:`DirectDriver` calls a synchronous board in the caller's thread. In the
+  main thread a hung call is cut off by ``SIGALRM`` after the timeout, which
+  interrupts sleeps, lock waits and socket reads; other threads get no timeout
+  (the criteria and the parallel mode bound their threads themselves).
+* :class:`LoopDriver` owns an event loop on a thread of its own; every call, from
+  any thread, runs there as a task, so calls from several threads interleave at
+  their ``await`` points as they would in an async service. A call past its
+  timeout is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import signal
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from types import FrameType
+from typing import Any, Protocol, TypeVar
+
+from taskboard._contract import Board, ClaimRequest, Task
+
+__all__ = [
+    "BOARD_METHODS",
+    "CallTimeoutError",
+    "DirectDriver",
+    "Driver",
+    "LoopDriver",
+    "arm_start_line",
+    "close_driven",
+    "driven",
+    "is_async_board",
+    "make_driven",
+    "shaped",
+]
+
+#: Every method of the Board protocol and its two extensions.
+BOARD_METHODS = ("list_tasks", "claim", "renew", "release", "complete", "fail")
+
+T = TypeVar("T")
+
+
+class CallTimeoutError(TimeoutError):
+    """A board call did not return within the per-call timeout, and was cut off."""
+
+
+def is_async_board(board: object) -> bool:
+    """True when any Board method of ``board`` is a coroutine function."""
+    return any(inspect.iscoroutinefunction(getattr(board, name, None)) for name in BOARD_METHODS)
+
+
+class Driver(Protocol):
+    """Runs board calls; see the module docstring."""
+
+    #: True once a call hung beyond recall: the board must not be called again, not even
+    #: to close it.
+    wedged: bool
+
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)``, awaited if it returns an awaitable.
+
+        Raises:
+            CallTimeoutError: it ran longer than the timeout.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the driver's thread and loop, if it has them; idempotent."""
+        ...
+
+
+def _seconds(timeout: timedelta | None) -> float | None:
+    return None if timeout is None else timeout.total_seconds()
+
+
+class _Interrupted(BaseException):
+    # A BaseException, so a board's own ``except Exception`` cannot swallow the cut-off.
+    pass
+
+
+class DirectDriver:
+    """Calls a synchronous board in the caller's thread; see the module docstring."""
+
+    wedged = False
+
+    def __init__(self, timeout: timedelta | None) -> None:
+        self.timeout = _seconds(timeout)
+        self._armed = False
+
+    def call(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)``, cut off after the timeout when called in the main thread."""
+        if (
+            self.timeout is None
+            or threading.current_thread() is not threading.main_thread()
+            or not hasattr(signal, "setitimer")
+        ):
+            return function(*args)
+        previous = signal.signal(signal.SIGALRM, self._on_alarm)
+        outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        self._armed = True
+        try:
+            return function(*args)
+        except _Interrupted:
+            raise CallTimeoutError(_timed_out(function, self.timeout)) from None
+        finally:
+            self._armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            if outer_delay:  # someone else's alarm (pytest-timeout, say) keeps running
+                signal.setitimer(signal.ITIMER_REAL, outer_delay, outer_interval)
+
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        if self._armed:
+            raise _Interrupted
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class LoopDriver:
+    """Runs calls on an event loop it owns, on a thread of its own; see the module docstring.
+
+    The loop starts with the driver and stops at :meth:`close`: anything a board binds
+    to the loop (connections, pools) must be made by calls through the driver and
+    released by calls through it before :meth:`close`.
+    """
+
+    def __init__(self, timeout: timedelta | None) -> None:
+        self.timeout = _seconds(timeout)
+        self.wedged = False
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="taskboard board loop", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+        self._start_line: _StartLine | None = None
+        self._start_line_lock = threading.Lock()
+
+    def arm_start_line(self, participants: int) -> None:
+        """Hold the next ``participants`` calls, from any threads, until all have arrived,
+        then start them in one turn of the loop: racing coroutines meet at their first
+        ``await`` instead of in the order their threads happened to submit them."""
+        with self._start_line_lock:
+            self._start_line = _StartLine(participants)
+
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` on the loop, awaited if it returns an awaitable."""
+        if self.wedged:
+            raise CallTimeoutError("an earlier board call hung; the board's loop is blocked")
+        with self._start_line_lock:
+            line = self._start_line
+            if line is not None and line.admit():
+                self._start_line = None
+        work = _awaited(function, args) if line is None else line.gated(function, args)
+        future = asyncio.run_coroutine_threadsafe(work, self.loop)
+        try:
+            return future.result(self.timeout)
+        except TimeoutError:
+            if future.done() and not future.cancelled():
+                return future.result()  # finished as the wait ran out
+            future.cancel()  # a coroutine stops at its next await
+            self.wedged = not self._responds()
+            assert self.timeout is not None
+            raise CallTimeoutError(_timed_out(function, self.timeout)) from None
+
+    def _responds(self) -> bool:
+        # A blocking call inside a coroutine holds the loop itself: nothing can stop it.
+        ping = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self.loop)
+        try:
+            ping.result(0.5)
+        except TimeoutError:
+            ping.cancel()
+            return False
+        return True
+
+    def close(self) -> None:
+        """Cancel what still runs, stop the loop and join its thread (unless wedged)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.wedged:
+            return  # the thread is a daemon; it dies with the process
+        asyncio.run_coroutine_threadsafe(_cancel_pending(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+
+class _StartLine:
+    """See :meth:`LoopDriver.arm_start_line`."""
+
+    def __init__(self, participants: int) -> None:
+        self.unadmitted = participants
+        self.waiting = participants
+        self.everyone_here = asyncio.Event()
+
+    def admit(self) -> bool:
+        """Count one more participant in; True once the last one is (the line is full)."""
+        self.unadmitted -= 1
+        return self.unadmitted == 0
+
+    async def gated(self, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        self.waiting -= 1  # on the loop's thread: no lock needed
+        if self.waiting == 0:
+            self.everyone_here.set()
+        else:
+            await self.everyone_here.wait()
+        return await _awaited(function, args)
+
+
+def arm_start_line(board: object, participants: int) -> None:
+    """If ``board`` is driven on a loop, line up its next ``participants`` calls."""
+    driver = getattr(board, "driver", None) if isinstance(board, _Driven) else None
+    if isinstance(driver, LoopDriver):
+        driver.arm_start_line(participants)
+
+
+async def _awaited(function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    result = function(*args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+async def _cancel_pending() -> None:
+    current = asyncio.current_task()
+    pending = [t for t in asyncio.all_tasks() if t is not current]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _timed_out(function: Callable[..., Any], seconds: float) -> str:
+    name = getattr(function, "__qualname__", repr(function))
+    return f"{name}() did not return within the per-call timeout of {seconds:g} s"
+
+
+def open_driver(make: Callable[..., Any], timeout: timedelta | None) -> Driver:
+    """The driver to make a board with: a loop for an ``async def`` factory, else direct."""
+    if inspect.iscoroutinefunction(make):
+        return LoopDriver(timeout)
+    return DirectDriver(timeout)
+
+
+def make_driven(
+    make: Callable[..., Any], args: tuple[Any, ...], timeout: timedelta | None
+) -> tuple[Any, Board, Driver]:
+    """Make a board with ``make(*args)`` (sync or async) and drive it.
+
+    Returns the board as made (for the host's ``close_board``), the board as the
+    checker calls it, and the driver; an async board made by a sync factory gets a
+    loop of its own, which binds its client on first use.
+    """
+    driver = open_driver(make, timeout)
+    try:
+        raw = driver.call(make, *args)
+        if isinstance(driver, DirectDriver) and (inspect.isawaitable(raw) or is_async_board(raw)):
+            driver = LoopDriver(timeout)
+            if inspect.isawaitable(raw):  # a plain function that returned a coroutine
+                awaitable = raw
+                raw = driver.call(lambda: awaitable)
+    except BaseException:
+        driver.close()
+        raise
+    return raw, driven(raw, driver), driver
+
+
+def close_driven(close: Callable[[Any], Any], raw: object, driver: Driver) -> None:
+    """Close a board made by :func:`make_driven`, then its driver; skipped if it hung."""
+    try:
+        if not driver.wedged:
+            driver.call(close, raw)
+    finally:
+        driver.close()
+
+
+class _Driven:
+    """A board whose every call goes through a driver."""
+
+    def __init__(self, board: Any, driver: Driver) -> None:
+        self.board = board
+        self.driver = driver
+
+    def __repr__(self) -> str:
+        return repr(self.board)
+
+    def list_tasks(self) -> list[Task]:
+        return list(self.driver.call(self.board.list_tasks))
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        result: Task = self.driver.call(self.board.claim, task_id, agent, request)
+        return result
+
+    def release(self, task_id: str, token: str) -> None:
+        self.driver.call(self.board.release, task_id, token)
+
+    def complete(self, task_id: str, token: str) -> None:
+        self.driver.call(self.board.complete, task_id, token)
+
+
+class _Renew(_Driven):
+    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
+        result: Task = self.driver.call(self.board.renew, task_id, token, request)
+        return result
+
+
+class _Fail(_Driven):
+    def fail(self, task_id: str, token: str) -> None:
+        self.driver.call(self.board.fail, task_id, token)
+
+
+class _RenewFail(_Renew, _Fail):
+    pass
+
+
+def shaped(board: object, plain: type[T], renew: type[T], fail: type[T], both: type[T]) -> type[T]:
+    """Of four wrapper classes, the one with exactly the optional methods ``board`` has, so
+    ``isinstance(wrapper, RenewingBoard)`` answers as it would for ``board``."""
+    has_renew = callable(getattr(board, "renew", None))
+    has_fail = callable(getattr(board, "fail", None))
+    return (both if has_fail else renew) if has_renew else (fail if has_fail else plain)
+
+
+def driven(board: object, driver: Driver) -> Board:
+    """``board`` as a synchronous Board whose calls go through ``driver``."""
+    cls = shaped(board, _Driven, _Renew, _Fail, _RenewFail)
+    wrapper = cls(board, driver)
+    assert isinstance(wrapper, Board)
+    return wrapper

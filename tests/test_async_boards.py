@@ -1,0 +1,134 @@
+"""Async boards (coroutine methods) under BoardMachine, BoardContract and the criteria."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from taskboard import ManualClock, Task, concurrent_claim, duplicate_token_submit
+from taskboard.boardtest import BoardContract
+from taskboard.model import ContractViolation
+from taskboard.stateful import BoardMachine, InfrastructureFault
+from tests.async_hosts import AsyncDictBoard
+
+QUICK = settings(max_examples=100, database=None, derandomize=True)
+
+
+class TestAsyncDictBoardContract(BoardContract):
+    """The whole suite on an async board made and closed by ``async def`` hooks."""
+
+    expired_lease_policy = "accept"
+    machine_settings = settings(max_examples=60, derandomize=True, database=None)
+    parallel_settings = settings(max_examples=15, derandomize=True, database=None)
+    criteria_rounds = 5
+
+    async def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> AsyncDictBoard:
+        asyncio.get_running_loop()  # made on the loop the board's calls run on
+        return AsyncDictBoard(tasks, clock)
+
+    async def close_board(self, board: AsyncDictBoard) -> None:
+        await board.aclose()
+
+
+class LoopWitness(BoardMachine):
+    """Records the loop (and thread) make_board, the calls and close_board ran on."""
+
+    expired_lease_policy = "accept"
+    seen: ClassVar[list[tuple[str, asyncio.AbstractEventLoop, threading.Thread]]] = []
+
+    async def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Any:
+        self.seen.append(("make", asyncio.get_running_loop(), threading.current_thread()))
+        witness = self
+
+        class Board(AsyncDictBoard):
+            async def list_tasks(self) -> list[Task]:
+                loop = asyncio.get_running_loop()
+                witness.seen.append(("call", loop, threading.current_thread()))
+                return await super().list_tasks()
+
+        return Board(tasks, clock)
+
+    async def close_board(self, board: Any) -> None:
+        self.seen.append(("close", asyncio.get_running_loop(), threading.current_thread()))
+        await board.aclose()
+
+
+def test_one_loop_per_example_runs_make_board_every_call_and_close_board() -> None:
+    """Each example gets its own loop, off the main thread, closed after close_board."""
+    LoopWitness.seen = []
+    run_state_machine_as_test(LoopWitness, settings=settings(QUICK, max_examples=5))
+    examples: list[list[tuple[str, asyncio.AbstractEventLoop, threading.Thread]]] = []
+    for entry in LoopWitness.seen:
+        if entry[0] == "make":
+            examples.append([])
+        examples[-1].append(entry)
+    assert len(examples) == 5
+    loops = set()
+    for entries in examples:
+        assert entries[0][0] == "make"
+        assert entries[-1][0] == "close"
+        assert len({loop for _, loop, _ in entries}) == 1
+        assert all(thread is not threading.main_thread() for _, _, thread in entries)
+        loop = entries[0][1]
+        assert loop.is_closed()
+        loops.add(loop)
+    assert len(loops) == 5
+
+
+def test_a_sync_factory_may_return_an_async_board() -> None:
+    """for_board with a plain class whose methods are coroutines: driven on a loop, passes."""
+    run_state_machine_as_test(
+        BoardMachine.for_board(AsyncDictBoard, expired_lease_policy="accept"), settings=QUICK
+    )
+
+
+def test_an_async_renew_without_token_check_is_caught() -> None:
+    """The async mutant (renew ignores the token) is caught through BoardMachine."""
+
+    def mutant(tasks: Sequence[Task], clock: ManualClock) -> AsyncDictBoard:
+        return AsyncDictBoard(tasks, clock, check_renew_token=False)
+
+    machine = BoardMachine.for_board(mutant, expired_lease_policy="accept")
+    with pytest.raises(ContractViolation) as raised:
+        run_state_machine_as_test(machine, settings=settings(QUICK, max_examples=300))
+    violation = raised.value
+    assert violation.step is not None
+    assert violation.step.call is not None
+    assert violation.step.call.op == "renew"
+    assert "LeaseLostError" in violation.expected
+
+
+def test_the_criteria_interleave_an_async_claim_at_its_await() -> None:
+    """concurrent_claim on an async board whose claim awaits between check and write: >1 wins."""
+    board = AsyncDictBoard([Task("race")], ManualClock(), atomic_claim=False)
+    assert concurrent_claim(board, "race", ["a1", "a2"] * 4) > 1
+
+
+def test_the_criteria_pass_an_atomic_async_board() -> None:
+    """Both criteria on a correct async board: exactly one winner, exactly one success."""
+    assert concurrent_claim(AsyncDictBoard([Task("race")], ManualClock()), "race", ["a"] * 8) == 1
+    board = AsyncDictBoard([Task("race")], ManualClock())
+    assert duplicate_token_submit(board, "race", 8) == 1
+
+
+def test_criteria_take_the_board_by_keyword_too() -> None:
+    """The criteria keep their signature: board= by keyword works for sync and async boards."""
+    board = AsyncDictBoard([Task("race")], ManualClock())
+    assert concurrent_claim(board=board, task_id="race", agents=["a", "b"]) == 1
+
+
+def test_an_async_make_board_that_raises_is_a_fault_at_set_up() -> None:
+    """An async make_board raising ConnectionError is reported as an infrastructure fault."""
+
+    async def unreachable(tasks: Sequence[Task], clock: ManualClock) -> AsyncDictBoard:
+        raise ConnectionError("connection refused")
+
+    with pytest.raises(InfrastructureFault, match="make_board") as raised:
+        run_state_machine_as_test(BoardMachine.for_board(unreachable), settings=QUICK)
+    assert isinstance(raised.value.exception, ConnectionError)

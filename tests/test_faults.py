@@ -1,0 +1,407 @@
+"""Infrastructure faults: the fault-injection wrapper, strict and tolerant mode, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from taskboard import (
+    Board,
+    ClaimRequest,
+    FailingBoard,
+    LeaseLostError,
+    ManualClock,
+    RenewingBoard,
+    State,
+    Task,
+)
+from taskboard.faults import InjectedFault, InjectedFaultRecord, inject_faults
+from taskboard.hosts.memory import MemoryBoard
+from taskboard.hosts.mutants import MUTANTS, RenewWithoutTokenCheck
+from taskboard.hosts.sqlite import SQLiteBoard
+from taskboard.model import ContractViolation
+from taskboard.stateful import BoardMachine, CallTimeoutError, InfrastructureFault
+from tests.async_hosts import AsyncDictBoard
+
+QUICK = settings(max_examples=60, database=None, derandomize=True)
+
+
+def run(machine: type[BoardMachine], chosen: settings = QUICK) -> None:
+    run_state_machine_as_test(machine, settings=chosen)
+
+
+def memory(tasks: Sequence[Task] = (Task("t1"),)) -> MemoryBoard:
+    return MemoryBoard(tasks, ManualClock())
+
+
+# -- the wrapper ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rate": 1.5}, "rate must be in [0, 1]"),
+        ({"rate": -0.1}, "rate must be in [0, 1]"),
+        ({"kinds": ()}, "kinds must be some of"),
+        ({"kinds": ("sideways",)}, "kinds must be some of"),
+        ({"latency": timedelta(seconds=-1)}, "latency must not be negative"),
+        ({"methods": ("claim", "delete")}, "['delete'] are not Board methods"),
+    ],
+)
+def test_inject_faults_rejects_bad_settings(kwargs: dict[str, Any], message: str) -> None:
+    """inject_faults raises ValueError naming the bad setting, before wrapping anything."""
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        inject_faults(memory(), **kwargs)
+
+
+def test_a_fault_before_the_call_leaves_the_board_unchanged() -> None:
+    """kind "before": InjectedFault, took_effect False, and the board never saw the call."""
+    inner = memory()
+    board = inject_faults(inner, rate=1, kinds=["before"])
+    with pytest.raises(InjectedFault) as raised:
+        board.claim("t1", "a1", ClaimRequest())
+    assert raised.value.took_effect is False
+    assert raised.value.method == "claim"
+    assert inner.list_tasks()[0].state is State.OPEN
+
+
+def test_a_fault_after_the_call_loses_the_reply_of_a_call_that_took_effect() -> None:
+    """kind "after": the claim is on the board, yet the caller gets InjectedFault."""
+    inner = memory()
+    board = inject_faults(inner, rate=1, kinds=["after"])
+    with pytest.raises(InjectedFault, match="after it took effect") as raised:
+        board.claim("t1", "a1", ClaimRequest())
+    assert raised.value.took_effect is True
+    assert isinstance(raised.value, ConnectionError)
+    assert inner.list_tasks()[0].state is State.CLAIMED
+
+
+def test_a_fault_after_a_rejected_call_replaces_the_contract_error() -> None:
+    """kind "after" on a call the board rejects: the reply (the error) is lost too."""
+    board = inject_faults(memory(), rate=1, kinds=["after"])
+    with pytest.raises(InjectedFault):
+        board.release("t1", "no such token")
+
+
+def test_latency_delays_the_call_and_then_lets_it_through() -> None:
+    """kind "latency": the call is slower by the latency and returns normally."""
+    board = inject_faults(memory(), rate=1, kinds=["latency"], latency=timedelta(milliseconds=50))
+    started = time.monotonic()
+    task = board.claim("t1", "a1", ClaimRequest())
+    assert time.monotonic() - started >= 0.05
+    assert task.state is State.CLAIMED
+
+
+def test_the_same_seed_puts_the_same_faults_on_the_same_calls() -> None:
+    """Faults are drawn per call from the seed: two runs of one call sequence match."""
+
+    def faults(seed: int) -> list[InjectedFaultRecord]:
+        board = inject_faults(memory(), rate=0.3, seed=seed, kinds=["before"])
+        for _ in range(50):
+            with contextlib.suppress(InjectedFault):
+                board.list_tasks()
+        return list(board.injected)  # type: ignore[attr-defined]
+
+    assert faults(7) == faults(7)
+    assert faults(7) != faults(8)
+    assert 5 < len(faults(7)) < 30
+
+
+def test_methods_limits_which_calls_fail() -> None:
+    """Only the listed methods fail; the others never do."""
+    board = inject_faults(memory(), rate=1, kinds=["before"], methods=["claim"])
+    assert [t.id for t in board.list_tasks()] == ["t1"]
+    with pytest.raises(InjectedFault):
+        board.claim("t1", "a1", ClaimRequest())
+
+
+def test_the_wrapper_has_renew_and_fail_exactly_when_the_board_has_them() -> None:
+    """isinstance against RenewingBoard and FailingBoard answers as for the wrapped board."""
+
+    class Minimal:
+        def list_tasks(self) -> list[Task]:
+            return []
+
+        def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+            raise NotImplementedError
+
+        def release(self, task_id: str, token: str) -> None: ...
+
+        def complete(self, task_id: str, token: str) -> None: ...
+
+    full = inject_faults(memory(), rate=0)
+    bare = inject_faults(Minimal(), rate=0)
+    assert isinstance(full, RenewingBoard)
+    assert isinstance(full, FailingBoard)
+    assert isinstance(bare, Board)
+    assert not isinstance(bare, RenewingBoard)
+    assert not isinstance(bare, FailingBoard)
+
+
+def test_other_attributes_are_the_wrapped_boards() -> None:
+    """close() and the policy pin pass through to the wrapped board."""
+    inner = SQLiteBoard([Task("t1")], ManualClock())
+    board = inject_faults(inner, rate=0)
+    assert board.expired_lease_policy == "reject"  # type: ignore[attr-defined]
+    board.close()  # type: ignore[attr-defined]
+    with pytest.raises(Exception, match="closed"):
+        inner.list_tasks()
+
+
+def test_the_wrapper_of_an_async_board_is_async() -> None:
+    """An async board's wrapper has coroutine methods, and injects its faults when awaited."""
+    board: Any = inject_faults(AsyncDictBoard([Task("t1")], ManualClock()), rate=1, kinds=["after"])
+
+    async def claim() -> None:
+        await board.claim("t1", "a1", ClaimRequest())
+
+    with pytest.raises(InjectedFault, match="after it took effect"):
+        asyncio.run(claim())
+    assert asyncio.run(board.board.list_tasks())[0].state is State.CLAIMED
+
+
+# -- strict mode ---------------------------------------------------------------------------------
+
+
+def test_strict_mode_reports_injected_faults_as_infrastructure_faults() -> None:
+    """A correct board behind 5% faults: an InfrastructureFault, never a ContractViolation."""
+    machine = BoardMachine.for_board(
+        lambda tasks, clock: inject_faults(MemoryBoard(tasks, clock), rate=0.05, seed=3),
+        expired_lease_policy="accept",
+    )
+    with pytest.raises(InfrastructureFault) as raised:
+        run(machine)
+    fault = raised.value
+    assert not isinstance(fault, ContractViolation)
+    assert isinstance(fault.exception, InjectedFault)
+    assert fault.__cause__ is fault.exception
+    text = str(fault)
+    assert "infrastructure fault at " in text
+    assert "taskboard.faults" in text
+    assert "tolerate_faults = True" in text
+    assert fault.trace
+    assert fault.trace[-1] == fault.step or "list_tasks()" in text
+
+
+class KeyErrorBoard(MemoryBoard):
+    """Raises KeyError for an unknown id, where the contract names NotFoundError."""
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        if task_id not in {t.id for t in self.list_tasks()}:
+            raise KeyError(task_id)
+        return super().claim(task_id, agent, request)
+
+
+def test_a_fault_report_names_the_step_what_the_contract_allowed_and_the_exception() -> None:
+    """An exception the contract does not name is a fault; the report shows what was allowed."""
+    machine = BoardMachine.for_board(KeyErrorBoard)
+    with pytest.raises(InfrastructureFault) as raised:
+        run(machine)
+    fault = raised.value
+    assert isinstance(fault.exception, KeyError)
+    assert fault.step is not None
+    assert fault.step.call is not None
+    assert fault.step.call.task_id == "t404"
+    text = str(fault)
+    assert f"infrastructure fault at step {fault.step.index}" in text
+    assert "the board raised KeyError, not a contract outcome" in text
+    assert "allowed   NotFoundError (SPEC 3" in text
+    assert "fault     KeyError: 't404'" in text
+
+
+class FlakyListBoard(MemoryBoard):
+    """list_tasks fails every third time with an OSError."""
+
+    def __init__(self, tasks: Sequence[Task], clock: ManualClock) -> None:
+        super().__init__(tasks, clock)
+        self.reads = 0
+
+    def list_tasks(self) -> list[Task]:
+        self.reads += 1
+        if self.reads % 3 == 0:
+            raise OSError("connection reset by peer")
+        return super().list_tasks()
+
+
+def test_a_failed_snapshot_is_a_fault_after_the_step_it_followed() -> None:
+    """list_tasks() raising a non-contract error is reported as a fault, not SPEC 3.7."""
+    with pytest.raises(InfrastructureFault, match=r"infrastructure fault at list_tasks\(\)"):
+        run(BoardMachine.for_board(FlakyListBoard))
+
+
+def test_tolerant_mode_reads_the_snapshot_again_after_a_failed_read() -> None:
+    """In tolerant mode a failed list_tasks() is read again, and the run passes."""
+    run(BoardMachine.for_board(FlakyListBoard, tolerate_faults=True))
+
+
+def test_a_failing_make_board_is_a_fault_at_set_up() -> None:
+    """make_board raising ConnectionError: a fault at make_board, not a crash or a violation."""
+
+    def unreachable(tasks: Sequence[Task], clock: ManualClock) -> Board:
+        raise ConnectionError("connection refused")
+
+    with pytest.raises(InfrastructureFault, match=r"infrastructure fault at make_board"):
+        run(BoardMachine.for_board(unreachable))
+
+
+# -- timeouts ------------------------------------------------------------------------------------
+
+
+class HangingClaim(MemoryBoard):
+    """claim waits forever, as on a lock nobody releases."""
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        threading.Event().wait()
+        raise AssertionError("unreachable")
+
+
+class AsyncHangingClaim(AsyncDictBoard):
+    """claim awaits forever, as on a reply that never comes."""
+
+    async def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("board", [HangingClaim, AsyncHangingClaim])
+def test_a_call_that_hangs_is_cut_off_and_reported_once(board: type[Any]) -> None:
+    """A hung call ends the run with one timeout report, without a timeout per shrink step."""
+    case = BoardMachine.for_board(board, call_timeout=timedelta(seconds=0.3)).TestCase
+    case.settings = settings(QUICK, max_examples=1000)
+    started = time.monotonic()
+    with pytest.raises(InfrastructureFault) as raised:
+        case("runTest").runTest()
+    elapsed = time.monotonic() - started
+    assert isinstance(raised.value.exception, CallTimeoutError)
+    assert "a call hung" in str(raised.value)
+    assert "within the per-call timeout of 0.3 s" in str(raised.value)
+    # Generous: one timeout (0.3 s) plus Hypothesis's shrinking of instant failures. A
+    # retry per shrink step would take 0.3 s each, well past this bound.
+    assert elapsed < 15, elapsed
+
+
+def test_a_timeout_is_not_tolerated() -> None:
+    """Tolerant mode still ends the run on a timeout: the cut-off call may land later."""
+    machine = BoardMachine.for_board(
+        HangingClaim, call_timeout=timedelta(seconds=0.2), tolerate_faults=True
+    )
+    with pytest.raises(InfrastructureFault, match="a call hung"):
+        machine.TestCase("runTest").runTest()
+
+
+@pytest.mark.parametrize(
+    ("attributes", "message"),
+    [
+        ({"call_timeout": 5}, "call_timeout must be a positive timedelta or None"),
+        ({"call_timeout": timedelta(0)}, "call_timeout must be a positive timedelta or None"),
+        ({"tolerate_faults": "yes"}, "tolerate_faults must be True or False"),
+    ],
+)
+def test_bad_fault_settings_are_rejected_before_anything_runs(
+    attributes: dict[str, Any], message: str
+) -> None:
+    """A bad call_timeout or tolerate_faults is a TypeError naming it, before any board is made."""
+    made: list[object] = []
+
+    def factory(tasks: Sequence[Task], clock: ManualClock) -> Board:
+        made.append(tasks)
+        return MemoryBoard(tasks, clock)
+
+    with pytest.raises(TypeError, match=message):
+        run(BoardMachine.for_board(factory, **attributes))
+    assert made == []
+
+
+# -- tolerant mode -------------------------------------------------------------------------------
+
+
+def tolerant(factory: Any, **attributes: Any) -> type[BoardMachine]:
+    return BoardMachine.for_board(factory, tolerate_faults=True, **attributes)
+
+
+@pytest.mark.parametrize("host", [MemoryBoard, SQLiteBoard])
+def test_tolerant_mode_passes_a_correct_board_behind_faults(host: type[Any]) -> None:
+    """5% faults of every kind on a correct host: tolerant mode finds no violation."""
+
+    def faulty(tasks: Sequence[Task], clock: ManualClock) -> Board:
+        # One seed for every board: a replayed example must meet the same faults.
+        board = inject_faults(host(tasks, clock), rate=0.05, seed=5)
+        boards.append(board)
+        return board
+
+    boards: list[Any] = []
+    machine = tolerant(faulty, expired_lease_policy=host.expired_lease_policy)
+    run(machine, settings(QUICK, max_examples=150))
+    assert sum(len(b.injected) for b in boards) > 20
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("host", [MemoryBoard, SQLiteBoard])
+def test_a_deep_tolerant_run_over_a_correct_board_finds_no_violation(host: type[Any]) -> None:
+    """Deep: 2,000 examples behind 5% faults of every kind, zero violations."""
+    machine = tolerant(
+        lambda tasks, clock: inject_faults(host(tasks, clock), rate=0.05, seed=11),
+        expired_lease_policy=host.expired_lease_policy,
+    )
+    run(machine, settings(QUICK, max_examples=2000, derandomize=False))
+
+
+class WriteHalfOnFault(MemoryBoard):
+    """On a dropped connection, claim leaves the task CLAIMED with no owner or lease."""
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        task = super().claim(task_id, agent, request)
+        if task.lease is not None and task.lease.fence == 2:
+            self._tasks[task_id] = dataclasses.replace(task, owner="", lease=None)
+            raise ConnectionError("connection dropped mid-write")
+        return task
+
+
+def test_tolerant_mode_reports_a_snapshot_that_matches_neither_outcome() -> None:
+    """A fault that leaves a half-written task: a violation naming both candidate states."""
+    with pytest.raises(ContractViolation) as raised:
+        run(tolerant(WriteHalfOnFault, expired_lease_policy="accept"))
+    text = str(raised.value)
+    assert "failed with an infrastructure fault" in text
+    assert "matches neither" in text
+    assert "infrastructure fault tolerated" in text
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.__name__)
+def test_faults_do_not_hide_a_mutant(mutant: type[MemoryBoard]) -> None:
+    """Every sequential mutant behind 5% faults is still caught in tolerant mode."""
+    if getattr(mutant, "concurrent", False):
+        pytest.skip("a race: the criteria catch it, not the sequential machine")
+    machine = tolerant(
+        lambda tasks, clock: inject_faults(mutant(tasks, clock), rate=0.05, seed=1),
+        expired_lease_policy=mutant.expired_lease_policy,
+    )
+    with pytest.raises(ContractViolation):
+        run(machine, settings(QUICK, max_examples=300))
+
+
+def test_renew_without_token_check_behind_faults_is_caught_in_strict_mode_too() -> None:
+    """Strict mode on a faulty mutant: the run fails, as a violation or a fault, never passes."""
+    machine = BoardMachine.for_board(
+        lambda tasks, clock: inject_faults(RenewWithoutTokenCheck(tasks, clock), rate=0.05),
+        expired_lease_policy="accept",
+    )
+    with pytest.raises((ContractViolation, InfrastructureFault)):
+        run(machine)
+
+
+def test_lease_lost_after_a_tolerated_fault_is_still_a_contract_outcome() -> None:
+    """A contract error is never taken for a fault: LeaseLostError stays an outcome."""
+    board = inject_faults(memory(), rate=0)
+    with pytest.raises(LeaseLostError):
+        board.release("t1", "nobody's")
