@@ -1,0 +1,718 @@
+"""Redis reference hosts: one Lua script per operation, on redis-py (sync) or redis.asyncio.
+
+This is a reference host that shows how to meet the contract (SPEC sections
+1-3) on Redis, with `redis-py <https://redis.readthedocs.io>`_ (``pip install
+'taskboard[redis]'``); it is not a storage product (no cluster support beyond
+keeping a board's keys in one slot, no persistence policy, no tuning).
+:class:`RedisBoard` is synchronous; :class:`AsyncRedisBoard` is the same board
+whose methods are coroutines. Both run the same Lua scripts on the same keys,
+so a sync and an async board can even attach to one board.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import secrets
+import threading
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, ClassVar, Literal, NoReturn, Self, cast
+
+from taskboard._clock import Clock
+from taskboard._contract import ClaimRequest, Lease, State, Task
+from taskboard._errors import (
+    BlockedError,
+    LeaseLostError,
+    NotFoundError,
+    TakenError,
+    TerminalError,
+)
+
+try:
+    import redis
+    import redis.asyncio
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "taskboard.hosts.redis needs redis-py: pip install 'taskboard[redis]'"
+    ) from exc
+
+__all__ = ["AsyncRedisBoard", "RedisBoard"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_STATES = {s.value: s for s in State}
+_BOARD_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+#: How many fresh tokens a claim draws before giving up (a repeat of a 128-bit random
+#: token means a broken random source, not bad luck).
+_MINT_ATTEMPTS = 8
+
+#: The board's keys, one hash (or set) per column, each ``taskboard:{board_id}:<column>``.
+#: Every script gets all of them as KEYS, in this order, so a script touches only
+#: declared keys, and the ``{board_id}`` hash tag keeps them in one cluster slot.
+_COLUMNS = (
+    "state",  # hash: task id -> "open" | "claimed" | "done" | "failed" (the task exists iff here)
+    "title",  # hash: task id -> title
+    "deps",  # hash: task id -> JSON array of dependency ids, in the original order
+    "owner",  # hash: task id -> owner ("" when none)
+    "token",  # hash: task id -> the current lease's token (absent: no lease)
+    "fence",  # hash: task id -> the current lease's fence (absent: no lease)
+    "until",  # hash: task id -> the current lease's until, microseconds (absent: no expiry)
+    "seq",  # hash: task id -> seq
+    "issued",  # hash: task id -> the greatest fence ever issued for it; never reset or lowered
+    "tokens",  # set: every token ever issued by this board, for any task; never pruned
+)
+
+# Shared by every script: key names, exact integer comparison, liveness, a task's row and
+# the holder checks of renew/release/complete/fail. Integers (until, fence, seq) stay
+# decimal strings in Lua: Lua numbers are doubles, exact only up to 2**53, and
+# microseconds since the epoch pass that in the year 2255.
+_PRELUDE = """
+local STATE, TITLE, DEPS, OWNER, TOKEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local FENCE, UNTIL, SEQ, ISSUED, TOKENS = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+
+-- a < b for canonical decimal integers (an optional '-', no leading zeros), exact at any size
+local function less(a, b)
+  local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
+  if na ~= nb then return na end
+  if na then a, b = string.sub(b, 2), string.sub(a, 2) end
+  if #a ~= #b then return #a < #b end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return false
+end
+
+-- SPEC 2: a lease is live iff it has no until or now < until; at now == until it has expired
+local function live(id, now)
+  if not redis.call('HGET', TOKEN, id) then return false end
+  local until_ = redis.call('HGET', UNTIL, id)
+  return (not until_) or less(now, until_)
+end
+
+-- the task as the Python side reads it (false where a field is absent)
+local function row(id)
+  return {id, redis.call('HGET', TITLE, id), redis.call('HGET', DEPS, id),
+          redis.call('HGET', STATE, id), redis.call('HGET', OWNER, id),
+          redis.call('HGET', TOKEN, id), redis.call('HGET', FENCE, id),
+          redis.call('HGET', UNTIL, id), redis.call('HGET', SEQ, id)}
+end
+
+-- renew/release/complete/fail: an error reply, or false when token holds a live lease on id
+-- (SPEC 3.4 "reject": an expired lease is lost even if nobody took over)
+local function holder(id, token, now)
+  local state = redis.call('HGET', STATE, id)
+  if not state then return {'not_found'} end
+  local current = redis.call('HGET', TOKEN, id)
+  if state ~= 'claimed' or not current then return {'not_claimed', state} end
+  if current ~= token then return {'wrong_token'} end
+  if not live(id, now) then return {'expired'} end
+  return false
+end
+
+-- the lease's until: '' means no expiry
+local function set_until(id, until_)
+  if until_ == '' then
+    redis.call('HDEL', UNTIL, id)
+  else
+    redis.call('HSET', UNTIL, id, until_)
+  end
+end
+"""
+
+# ARGV: groups of ten: id, title, deps (JSON), state, owner, has_lease ("1"/"0"), token,
+# fence, until ("" = none), seq. Inserts only the ids not on the board yet; returns how many.
+_INSERT = """
+local added = 0
+for i = 1, #ARGV, 10 do
+  local id = ARGV[i]
+  if redis.call('HEXISTS', STATE, id) == 0 then
+    redis.call('HSET', TITLE, id, ARGV[i + 1])
+    redis.call('HSET', DEPS, id, ARGV[i + 2])
+    redis.call('HSET', OWNER, id, ARGV[i + 4])
+    redis.call('HSET', SEQ, id, ARGV[i + 9])
+    if ARGV[i + 5] == '1' then  -- an initial lease: its fence and token count as issued
+      redis.call('HSET', TOKEN, id, ARGV[i + 6])
+      redis.call('HSET', FENCE, id, ARGV[i + 7])
+      redis.call('HSET', ISSUED, id, ARGV[i + 7])
+      set_until(id, ARGV[i + 8])
+      redis.call('SADD', TOKENS, ARGV[i + 6])
+    end
+    redis.call('HSET', STATE, id, ARGV[i + 3])
+    added = added + 1
+  end
+end
+return added
+"""
+
+# One snapshot: the script runs alone on the server, so no write lands in between.
+_LIST = """
+local rows = {}
+for i, id in ipairs(redis.call('HKEYS', STATE)) do rows[i] = row(id) end
+return rows
+"""
+
+# ARGV: id, agent, now, until ("" = no expiry), a fresh token. SPEC 3.1's order of checks.
+_CLAIM = """
+local id, agent, now, until_, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local state = redis.call('HGET', STATE, id)
+if not state then return {'not_found'} end
+if state == 'done' then return {'terminal'} end
+for _, dep in ipairs(cjson.decode(redis.call('HGET', DEPS, id))) do
+  local dep_state = redis.call('HGET', STATE, dep)
+  if dep_state ~= 'done' then return {'blocked', dep, dep_state or 'unknown'} end
+end
+if state == 'claimed' and live(id, now) then
+  return {'taken', redis.call('HGET', OWNER, id)}
+end
+if agent == '' then return {'empty_agent'} end
+if redis.call('SISMEMBER', TOKENS, token) == 1 then return {'token_used'} end
+-- Accepted. The first write that can fail (HINCRBY on a non-integer) touches no visible field.
+redis.call('HINCRBY', ISSUED, id, 1)
+redis.call('HINCRBY', SEQ, id, 1)
+redis.call('SADD', TOKENS, token)
+redis.call('HSET', STATE, id, 'claimed')
+redis.call('HSET', OWNER, id, agent)
+redis.call('HSET', TOKEN, id, token)
+redis.call('HSET', FENCE, id, redis.call('HGET', ISSUED, id))  -- the string: exact
+set_until(id, until_)
+return {'ok', row(id)}
+"""
+
+# ARGV: id, token, now, until ("" = no expiry). SPEC 3.5.
+_RENEW = """
+local id, token, now, until_ = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local rejected = holder(id, token, now)
+if rejected then return rejected end
+redis.call('HINCRBY', SEQ, id, 1)
+set_until(id, until_)
+return {'ok', row(id)}
+"""
+
+# ARGV: id, token, now, the new state. SPEC 3.2, 3.3, 3.6; the fence history stays.
+_FINISH = """
+local id, token, now, new_state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local rejected = holder(id, token, now)
+if rejected then return rejected end
+redis.call('HINCRBY', SEQ, id, 1)
+redis.call('HSET', STATE, id, new_state)
+redis.call('HSET', OWNER, id, '')
+redis.call('HDEL', TOKEN, id)
+redis.call('HDEL', FENCE, id)
+redis.call('HDEL', UNTIL, id)
+return {'ok'}
+"""
+
+#: The Lua source of every script, by name; both boards register these same scripts.
+SCRIPTS = {
+    name: _PRELUDE + body
+    for name, body in (
+        ("insert", _INSERT),
+        ("list", _LIST),
+        ("claim", _CLAIM),
+        ("renew", _RENEW),
+        ("finish", _FINISH),
+    )
+}
+
+
+class _Core:
+    """What the sync and async boards share: keys, arguments, and reading the replies."""
+
+    #: SPEC 3.4: release/complete/fail of an expired lease are LeaseLostError.
+    expired_lease_policy: ClassVar[Literal["accept", "reject"]] = "reject"
+    #: ``until`` is stored as exact integer microseconds since the epoch.
+    clock_resolution: ClassVar[timedelta] = _MICROSECOND
+
+    def __init__(
+        self,
+        tasks: Iterable[Task],
+        clock: Clock,
+        board_id: str | None,
+        delete_on_close: bool | None,
+    ) -> None:
+        initial = list(tasks)
+        seen: set[str] = set()
+        for task in initial:
+            if task.id in seen:
+                raise ValueError(f"{type(self).__name__}: duplicate initial task id {task.id!r}")
+            seen.add(task.id)
+        if board_id is not None and not _BOARD_ID.fullmatch(board_id):
+            raise ValueError(
+                f"{type(self).__name__}: board_id {board_id!r} must be 1-128 characters "
+                "from A-Z, a-z, 0-9, '_', '.', '-'"
+            )
+        self._clock = clock
+        self.board_id = secrets.token_hex(16) if board_id is None else board_id
+        #: Delete the board's keys at close: by default, only if this instance created them.
+        self.delete_on_close = board_id is None if delete_on_close is None else delete_on_close
+        self.keys = [f"taskboard:{{{self.board_id}}}:{column}" for column in _COLUMNS]
+        self._initial_args = [arg for task in initial for arg in _task_args(task)]
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(board_id={self.board_id!r}, clock={self._clock!r})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+
+    def _now(self) -> str:
+        return str(_micros(self._clock.now()))
+
+    def _claim_args(self, task_id: str, agent: str, request: ClaimRequest) -> list[str]:
+        now = _micros(self._clock.now())
+        return [task_id, agent, str(now), _until(now, request.ttl), secrets.token_hex(16)]
+
+    def _renew_args(self, task_id: str, token: str, request: ClaimRequest) -> list[str]:
+        now = _micros(self._clock.now())
+        return [task_id, token, str(now), _until(now, request.ttl)]
+
+    def _finish_args(self, task_id: str, token: str, state: State) -> list[str]:
+        return [task_id, token, self._now(), state.value]
+
+
+class RedisBoard(_Core):
+    """A board on a Redis server, synchronous (redis-py); a reference host, not a product.
+
+    Every operation, reads included, is one Lua script (``EVALSHA``, registered
+    with ``register_script``). Redis runs a script alone, so read-check-write is
+    atomic across threads, processes and machines, and a script checks before it
+    writes, so a rejected operation changes nothing. :meth:`list_tasks` is one
+    script too: a consistent snapshot, sorted by id. The board is thread-safe:
+    redis-py's connection pool hands each thread its own connection.
+
+    Time comes only from ``clock``: each call reads it just before its script
+    and passes ``now`` (and ``until``) as integer microseconds since the epoch;
+    the scripts never read Redis ``TIME``. ``until`` is stored exactly, and
+    compared exactly as decimal strings (Lua's numbers are doubles), so
+    :attr:`clock_resolution` is one microsecond.
+
+    Storage (keys ``taskboard:{board_id}:<column>``; the ``{board_id}`` hash tag
+    puts a board's keys in one cluster slot): one hash per column, task id to
+    value (``state``, ``title``, ``deps`` as a JSON array, ``owner``, and the
+    current lease's ``token``, ``fence`` and ``until``, absent when there is
+    none, and ``seq``); ``issued``, the greatest fence ever issued per task,
+    which is never reset, so the next fence is greater than every earlier one
+    across releases, completions, failures and takeovers; and ``tokens``, the
+    set of every token ever issued, which the claim script checks, so a token
+    is never minted twice, for any task, not just unlikely to be. Tokens are
+    128 random bits from :mod:`secrets`, drawn anew if already issued; nothing
+    about them derives from the agent or the task.
+
+    Sharing: each new board gets a random ``board_id``, so boards on one server
+    are isolated. Passing an existing ``board_id`` attaches to that board: the
+    constructor inserts only the tasks it does not hold yet, in one script, so
+    several processes may construct at once and all see the same board.
+
+    Expired leases (SPEC 3.4, a host's choice): this board **rejects**
+    ``release``, ``complete`` and ``fail`` with ``LeaseLostError`` once the
+    lease has expired (``now >= until``), even if the token is still current
+    and nobody has taken over, as :class:`~taskboard.hosts.sqlite.SQLiteBoard`
+    does: a holder's authority ends exactly when its lease does. The choice is
+    exposed as :attr:`expired_lease_policy` (``"reject"``).
+
+    Args:
+        tasks: the initial tasks, stored as given if missing from the board
+            (an initial lease's fence and token count as issued).
+        clock: the only source of time this board reads.
+        url_or_client: a ``redis://`` URL (the board makes a client and closes
+            it at :meth:`close`) or a ``redis.Redis`` client (left open).
+        board_id: attach to this board instead of making a new one
+            (1-128 characters from ``A-Za-z0-9_.-``).
+        delete_on_close: delete the board's keys at :meth:`close`; by default
+            only when this instance made the board (``board_id`` not given),
+            so one process leaving does not pull the board from under others.
+
+    Raises:
+        ValueError: two initial tasks share an id, or ``board_id`` is malformed.
+        redis.RedisError: the server could not be reached or refused a command.
+    """
+
+    def __init__(
+        self,
+        tasks: Iterable[Task],
+        clock: Clock,
+        url_or_client: str | redis.Redis,
+        *,
+        board_id: str | None = None,
+        delete_on_close: bool | None = None,
+    ) -> None:
+        super().__init__(tasks, clock, board_id, delete_on_close)
+        self._lock = threading.Lock()
+        self._owns_client = isinstance(url_or_client, str)
+        self._client = (
+            redis.Redis.from_url(url_or_client) if isinstance(url_or_client, str) else url_or_client
+        )
+        try:
+            self._scripts = {
+                name: self._client.register_script(source) for name, source in SCRIPTS.items()
+            }
+            if self._initial_args:
+                self._scripts["insert"](keys=self.keys, args=self._initial_args)
+        except BaseException:
+            if self._owns_client:
+                self._client.close()
+            raise
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Delete the board's keys (see ``delete_on_close``) and close the client if this
+        board made it; idempotent. Any later operation raises ``RuntimeError``."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            if self.delete_on_close:
+                self._client.delete(*self.keys)
+        finally:
+            if self._owns_client:
+                self._client.close()
+
+    def _run(self, name: str, args: Sequence[str]) -> Any:
+        self._check_open()
+        return self._scripts[name](keys=self.keys, args=args)
+
+    def list_tasks(self) -> list[Task]:
+        """Return a consistent snapshot of every task, sorted by id (SPEC 3.7)."""
+        return _snapshot(self._run("list", ()))
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        """Claim ``task_id`` for ``agent`` with a freshly minted lease (SPEC 3.1).
+
+        Returns:
+            The task exactly as :meth:`list_tasks` shows it afterwards.
+
+        Raises:
+            NotFoundError: no task has this id.
+            TerminalError: the task is ``DONE``.
+            BlockedError: a dependency is not ``DONE`` (or names no task).
+            TakenError: the task is ``CLAIMED`` and its lease is live.
+            ValueError: ``agent`` is empty (checked last).
+        """
+        for _ in range(_MINT_ATTEMPTS):
+            reply = self._run("claim", self._claim_args(task_id, agent, request))
+            if not _token_used(reply):
+                return _returned_task(task_id, reply)
+        raise RuntimeError(f"{self!r}: could not mint an unused token")
+
+    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
+        """Recompute the lease's ``until`` from this board's clock (SPEC 3.5).
+
+        Token, fence and owner stay; ``seq`` grows.
+
+        Returns:
+            The task exactly as :meth:`list_tasks` shows it afterwards.
+
+        Raises:
+            NotFoundError: no task has this id.
+            LeaseLostError: the task is not ``CLAIMED``, ``token`` is not its
+                current token, or the lease has expired.
+        """
+        reply = self._run("renew", self._renew_args(task_id, token, request))
+        return _returned_task(task_id, reply)
+
+    def release(self, task_id: str, token: str) -> None:
+        """Give the task back: ``OPEN``, no owner, no lease (SPEC 3.2).
+
+        Raises:
+            NotFoundError: no task has this id.
+            LeaseLostError: the task is not ``CLAIMED``, ``token`` is not its
+                current token, or the lease has expired (SPEC 3.4 "reject").
+        """
+        self._finish(task_id, token, State.OPEN)
+
+    def complete(self, task_id: str, token: str) -> None:
+        """Mark the task ``DONE``, which is terminal (SPEC 3.3).
+
+        Raises:
+            NotFoundError: no task has this id.
+            LeaseLostError: the task is not ``CLAIMED``, ``token`` is not its
+                current token, or the lease has expired (SPEC 3.4 "reject").
+        """
+        self._finish(task_id, token, State.DONE)
+
+    def fail(self, task_id: str, token: str) -> None:
+        """Mark the task ``FAILED``; it can be claimed again (SPEC 3.6).
+
+        Raises:
+            NotFoundError: no task has this id.
+            LeaseLostError: the task is not ``CLAIMED``, ``token`` is not its
+                current token, or the lease has expired (SPEC 3.4 "reject").
+        """
+        self._finish(task_id, token, State.FAILED)
+
+    def _finish(self, task_id: str, token: str, state: State) -> None:
+        _returned_none(task_id, self._run("finish", self._finish_args(task_id, token, state)))
+
+
+class AsyncRedisBoard(_Core):
+    """:class:`RedisBoard` on ``redis.asyncio``: the same scripts, keys and semantics (read
+    its docstring), with coroutine methods.
+
+    Initialisation is lazy, since a constructor cannot await: the constructor
+    does no I/O (it checks the initial ids, and makes a client from a URL,
+    which binds to the running event loop on its first command); the initial
+    insert runs once, guarded by an :class:`asyncio.Lock`, before the first
+    operation. So the board can be made in a plain function or outside any
+    loop. ``await AsyncRedisBoard.create(...)`` makes it and runs the insert at
+    once, so a server fault shows at creation. Use one board on one event loop.
+
+    Concurrent coroutines interleave only between scripts, never inside one, so
+    every operation is as atomic as on :class:`RedisBoard`.
+
+    Close with ``await board.aclose()`` (``close`` is the same coroutine) or
+    ``async with``; it deletes the board's keys (see ``delete_on_close``) and
+    closes the client if the board made it; idempotent.
+
+    Args:
+        tasks, clock, board_id, delete_on_close: as for :class:`RedisBoard`.
+        url_or_client: a ``redis://`` URL (the board makes a client and closes
+            it at :meth:`aclose`) or a ``redis.asyncio.Redis`` client (left open).
+
+    Raises:
+        ValueError: two initial tasks share an id, or ``board_id`` is malformed.
+    """
+
+    def __init__(
+        self,
+        tasks: Iterable[Task],
+        clock: Clock,
+        url_or_client: str | redis.asyncio.Redis,
+        *,
+        board_id: str | None = None,
+        delete_on_close: bool | None = None,
+    ) -> None:
+        super().__init__(tasks, clock, board_id, delete_on_close)
+        self._owns_client = isinstance(url_or_client, str)
+        self._client = (
+            redis.asyncio.Redis.from_url(url_or_client)
+            if isinstance(url_or_client, str)
+            else url_or_client
+        )
+        self._scripts = {
+            name: self._client.register_script(source) for name, source in SCRIPTS.items()
+        }
+        self._ready = not self._initial_args
+        self._ready_lock = asyncio.Lock()  # binds to the loop on first contended use
+
+    @classmethod
+    async def create(
+        cls,
+        tasks: Iterable[Task],
+        clock: Clock,
+        url_or_client: str | redis.asyncio.Redis,
+        *,
+        board_id: str | None = None,
+        delete_on_close: bool | None = None,
+    ) -> Self:
+        """Make the board and insert its initial tasks now (see the class docstring).
+
+        Raises:
+            ValueError: as the constructor.
+            redis.RedisError: the server could not be reached or refused a command.
+        """
+        board = cls(tasks, clock, url_or_client, board_id=board_id, delete_on_close=delete_on_close)
+        try:
+            await board._ensure_ready()
+        except BaseException:
+            if board._owns_client:
+                await board._client.aclose()
+            raise
+        return board
+
+    async def __aenter__(self) -> Self:
+        await self._ensure_ready()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Delete the board's keys (see ``delete_on_close``) and close the client if this
+        board made it; idempotent. Any later operation raises ``RuntimeError``."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.delete_on_close:
+                await self._client.delete(*self.keys)
+        finally:
+            if self._owns_client:
+                await self._client.aclose()
+
+    async def close(self) -> None:
+        """The same as :meth:`aclose`."""
+        await self.aclose()
+
+    async def _ensure_ready(self) -> None:
+        if self._ready:
+            return
+        async with self._ready_lock:
+            if not self._ready:
+                self._check_open()
+                await self._scripts["insert"](keys=self.keys, args=self._initial_args)
+                self._ready = True
+
+    async def _run(self, name: str, args: Sequence[str]) -> Any:
+        await self._ensure_ready()
+        self._check_open()
+        return await self._scripts[name](keys=self.keys, args=args)
+
+    async def list_tasks(self) -> list[Task]:
+        """Return a consistent snapshot of every task, sorted by id (SPEC 3.7)."""
+        return _snapshot(await self._run("list", ()))
+
+    async def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        """Claim ``task_id`` for ``agent`` (SPEC 3.1); as :meth:`RedisBoard.claim`."""
+        for _ in range(_MINT_ATTEMPTS):
+            reply = await self._run("claim", self._claim_args(task_id, agent, request))
+            if not _token_used(reply):
+                return _returned_task(task_id, reply)
+        raise RuntimeError(f"{self!r}: could not mint an unused token")
+
+    async def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
+        """Recompute the lease's ``until`` (SPEC 3.5); as :meth:`RedisBoard.renew`."""
+        reply = await self._run("renew", self._renew_args(task_id, token, request))
+        return _returned_task(task_id, reply)
+
+    async def release(self, task_id: str, token: str) -> None:
+        """Give the task back (SPEC 3.2); as :meth:`RedisBoard.release`."""
+        await self._finish(task_id, token, State.OPEN)
+
+    async def complete(self, task_id: str, token: str) -> None:
+        """Mark the task ``DONE`` (SPEC 3.3); as :meth:`RedisBoard.complete`."""
+        await self._finish(task_id, token, State.DONE)
+
+    async def fail(self, task_id: str, token: str) -> None:
+        """Mark the task ``FAILED`` (SPEC 3.6); as :meth:`RedisBoard.fail`."""
+        await self._finish(task_id, token, State.FAILED)
+
+    async def _finish(self, task_id: str, token: str, state: State) -> None:
+        reply = await self._run("finish", self._finish_args(task_id, token, state))
+        _returned_none(task_id, reply)
+
+
+# -- encoding ----------------------------------------------------------------------------------
+
+
+def _task_args(task: Task) -> list[str]:
+    """A task as the insert script's ten arguments."""
+    lease = task.lease
+    return [
+        task.id,
+        task.title,
+        json.dumps(list(task.deps), ensure_ascii=False),
+        str(task.state),
+        task.owner,
+        "0" if lease is None else "1",
+        "" if lease is None else lease.token,
+        "" if lease is None else str(lease.fence),
+        "" if lease is None or lease.until is None else str(_micros(lease.until)),
+        str(task.seq),
+    ]
+
+
+def _text(value: object) -> str:
+    """A reply value as text (bytes from a client without ``decode_responses``)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _task(row: Sequence[object]) -> Task:
+    id_, title, deps, state, owner, token, fence, until, seq = row
+    lease = None
+    if token is not None and fence is not None:
+        lease = Lease(
+            token=_text(token),
+            fence=int(_text(fence)),
+            until=None if until is None else _datetime(int(_text(until))),
+        )
+    # An unknown state string is kept as is: reporting it is check()'s job.
+    state_text = _text(state)
+    deps_list: list[str] = json.loads(_text(deps))
+    return Task(
+        id=_text(id_),
+        title=_text(title),
+        deps=tuple(deps_list),
+        state=_STATES.get(state_text, cast(State, state_text)),
+        owner=_text(owner),
+        lease=lease,
+        seq=int(_text(seq)),
+    )
+
+
+def _snapshot(rows: Sequence[Sequence[object]]) -> list[Task]:
+    return sorted((_task(row) for row in rows), key=lambda task: task.id)
+
+
+def _token_used(reply: Sequence[object]) -> bool:
+    return _text(reply[0]) == "token_used"
+
+
+def _returned_task(task_id: str, reply: Sequence[Any]) -> Task:
+    if _text(reply[0]) != "ok":
+        _reject(task_id, reply)
+    return _task(reply[1])
+
+
+def _returned_none(task_id: str, reply: Sequence[object]) -> None:
+    if _text(reply[0]) != "ok":
+        _reject(task_id, reply)
+
+
+def _reject(task_id: str, reply: Sequence[object]) -> NoReturn:
+    """Raise the SPEC error class a script's rejection code names."""
+    code, *details = [_text(value) for value in reply]
+    if code == "not_found":
+        raise NotFoundError(f"no task has id {task_id!r}")
+    if code == "terminal":
+        raise TerminalError(f"task {task_id!r} is done; done is forever")
+    if code == "blocked":
+        dep, state = details
+        raise BlockedError(f"task {task_id!r} waits for {dep!r} ({state})")
+    if code == "taken":
+        raise TakenError(f"task {task_id!r} is held by a live lease of {details[0]!r}")
+    if code == "empty_agent":
+        raise ValueError("claim needs a non-empty agent name")
+    if code == "not_claimed":
+        if details[0] == State.CLAIMED:
+            raise LeaseLostError(f"task {task_id!r} is claimed but holds no lease")
+        raise LeaseLostError(f"task {task_id!r} is {details[0]}, not claimed")
+    if code == "wrong_token":
+        raise LeaseLostError(f"token is not the current lease of {task_id!r}")
+    if code == "expired":
+        raise LeaseLostError(f"the lease on {task_id!r} expired; claim it again")
+    raise RuntimeError(f"unexpected reply from a taskboard script: {reply!r}")
+
+
+def _until(now: int, ttl: timedelta) -> str:
+    """SPEC 2: ``ttl > 0`` gives ``now + ttl``; ``ttl == 0`` gives no expiry (``""``)."""
+    return str(now + ttl // _MICROSECOND) if ttl > timedelta(0) else ""
+
+
+def _micros(when: datetime) -> int:
+    """Exact integer microseconds since the epoch of an aware datetime."""
+    return (when - _EPOCH) // _MICROSECOND
+
+
+def _datetime(micros: int) -> datetime:
+    return _EPOCH + micros * _MICROSECOND
