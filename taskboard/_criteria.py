@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 from taskboard._contract import Board, ClaimRequest
-from taskboard._driver import LoopDriver, arm_start_line, driven, is_async_board
+from taskboard._driver import LoopDriver, driven, is_async_board, start_line
 from taskboard._errors import (
     BoardError,
     CriterionError,
@@ -281,8 +281,8 @@ def concurrent_claim(
         )
         for i, agent in enumerate(agents)
     ]
-    arm_start_line(board, len(calls))
-    tally = _collect(_race(calls, seconds), TakenError)
+    with start_line(board, len(calls)):
+        tally = _collect(_race(calls, seconds), TakenError)
     if not tally.others:
         return tally.winners
     verdict = _verdict(tally.others)
@@ -411,8 +411,8 @@ def duplicate_token_submit(
         )
         for i in range(workers)
     ]
-    arm_start_line(board, len(calls))
-    tally = _collect(_race(calls, seconds, deadline), LeaseLostError)
+    with start_line(board, len(calls)):
+        tally = _collect(_race(calls, seconds, deadline), LeaseLostError)
     if not tally.others:
         return tally.winners
     verdict = _verdict(tally.others)

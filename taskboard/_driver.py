@@ -22,7 +22,9 @@ import asyncio
 import inspect
 import signal
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
 from types import FrameType
 from typing import Any, Protocol, TypeVar
@@ -35,12 +37,12 @@ __all__ = [
     "DirectDriver",
     "Driver",
     "LoopDriver",
-    "arm_start_line",
     "close_driven",
     "driven",
     "is_async_board",
     "make_driven",
     "shaped",
+    "start_line",
 ]
 
 #: Every method of the Board protocol and its two extensions.
@@ -103,27 +105,47 @@ class DirectDriver:
             or threading.current_thread() is not threading.main_thread()
             or not hasattr(signal, "setitimer")
         ):
-            return function(*args)
+            return _synchronous(function(*args), function)
+        outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+        if outer_delay and outer_delay <= self.timeout:
+            # Someone else's alarm (pytest-timeout, say) goes off first anyway: leave it be.
+            return _synchronous(function(*args), function)
         previous = signal.signal(signal.SIGALRM, self._on_alarm)
-        outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        started = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, self.timeout)
         self._armed = True
         try:
-            return function(*args)
-        except _Interrupted:
-            raise CallTimeoutError(_timed_out(function, self.timeout)) from None
+            result = function(*args)
+        except _Interrupted as stuck:  # its traceback shows where the board was waiting
+            raise CallTimeoutError(_timed_out(function, self.timeout)) from stuck
         finally:
             self._armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-            if outer_delay:  # someone else's alarm (pytest-timeout, say) keeps running
-                signal.setitimer(signal.ITIMER_REAL, outer_delay, outer_interval)
+            if outer_delay:  # the outer alarm runs on, less the time this call took
+                left = max(outer_delay - (time.monotonic() - started), 1e-6)
+                signal.setitimer(signal.ITIMER_REAL, left, outer_interval)
+        return _synchronous(result, function)
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
         if self._armed:
-            raise _Interrupted
+            raise _Interrupted("the board was here when the per-call timeout ran out")
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _synchronous(result: T, function: Callable[..., Any]) -> T:
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if callable(close):
+            close()  # never awaited: say so here, not in a RuntimeWarning at exit
+        name = getattr(function, "__qualname__", repr(function))
+        raise TypeError(
+            f"{name}() returned an awaitable, but it is not a coroutine function, so the "
+            "board was taken for a sync one: make every Board method async def, or none"
+        )
+    return result
 
 
 class LoopDriver:
@@ -146,12 +168,23 @@ class LoopDriver:
         self._start_line: _StartLine | None = None
         self._start_line_lock = threading.Lock()
 
-    def arm_start_line(self, participants: int) -> None:
+    @contextmanager
+    def start_line(self, participants: int) -> Iterator[None]:
         """Hold the next ``participants`` calls, from any threads, until all have arrived,
         then start them in one turn of the loop: racing coroutines meet at their first
-        ``await`` instead of in the order their threads happened to submit them."""
+        ``await`` instead of in the order their threads happened to submit them. The line
+        is gone when the block ends, whoever arrived."""
+        line = _StartLine(participants) if participants > 1 else None
         with self._start_line_lock:
-            self._start_line = _StartLine(participants)
+            self._start_line = line
+        try:
+            yield
+        finally:
+            with self._start_line_lock:
+                if self._start_line is line:
+                    self._start_line = None
+            if line is not None:
+                self.loop.call_soon_threadsafe(line.everyone_here.set)  # release late waiters
 
     def call(self, function: Callable[..., Any], *args: Any) -> Any:
         """``function(*args)`` on the loop, awaited if it returns an awaitable."""
@@ -184,13 +217,21 @@ class LoopDriver:
         return True
 
     def close(self) -> None:
-        """Cancel what still runs, stop the loop and join its thread (unless wedged)."""
+        """Cancel what still runs, stop the loop and join its thread; never raises.
+
+        A loop that does not answer (wedged, or a task that ignores cancellation) is
+        left to its daemon thread, which dies with the process.
+        """
         if self._closed:
             return
         self._closed = True
         if self.wedged:
-            return  # the thread is a daemon; it dies with the process
-        asyncio.run_coroutine_threadsafe(_cancel_pending(), self.loop).result(5)
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel_pending(), self.loop).result(5)
+        except TimeoutError:
+            self.wedged = True
+            return
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
         if not self._thread.is_alive():
@@ -199,7 +240,7 @@ class LoopDriver:
 
 
 class _StartLine:
-    """See :meth:`LoopDriver.arm_start_line`."""
+    """See :meth:`LoopDriver.start_line`."""
 
     def __init__(self, participants: int) -> None:
         self.unadmitted = participants
@@ -220,11 +261,11 @@ class _StartLine:
         return await _awaited(function, args)
 
 
-def arm_start_line(board: object, participants: int) -> None:
-    """If ``board`` is driven on a loop, line up its next ``participants`` calls."""
+def start_line(board: object, participants: int) -> AbstractContextManager[None]:
+    """If ``board`` is driven on a loop, :meth:`LoopDriver.start_line` for its next
+    ``participants`` calls; otherwise nothing (threads already start at a barrier)."""
     driver = getattr(board, "driver", None) if isinstance(board, _Driven) else None
-    if isinstance(driver, LoopDriver):
-        driver.arm_start_line(participants)
+    return driver.start_line(participants) if isinstance(driver, LoopDriver) else nullcontext()
 
 
 async def _awaited(function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -265,7 +306,15 @@ def make_driven(
     """
     driver = open_driver(make, timeout)
     try:
-        raw = driver.call(make, *args)
+        if isinstance(driver, DirectDriver):
+            # Boxed: a plain factory may return a coroutine (an async factory in disguise).
+            def boxed() -> list[Any]:
+                return [make(*args)]
+
+            boxed.__qualname__ = getattr(make, "__qualname__", "make_board")
+            raw = driver.call(boxed)[0]
+        else:
+            raw = driver.call(make, *args)
         if isinstance(driver, DirectDriver) and (inspect.isawaitable(raw) or is_async_board(raw)):
             driver = LoopDriver(timeout)
             if inspect.isawaitable(raw):  # a plain function that returned a coroutine

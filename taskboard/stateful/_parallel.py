@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.internal.reflection import function_digest
 
 from taskboard._contract import Task
-from taskboard._driver import arm_start_line
+from taskboard._driver import CallTimeoutError, start_line
 from taskboard.model import (
     Call,
     ContractViolation,
@@ -36,12 +36,14 @@ from taskboard.model import (
     Outcome,
     check_history,
 )
+from taskboard.model._calls import is_infrastructure_fault
 from taskboard.stateful._machine import (
     AGENTS,
     NEVER_ISSUED,
     TASK_IDS,
     BoardMachine,
     _in_final_replay,
+    _raise_fault,
     dependency_graphs,
     grid_start,
     hangs_reported,
@@ -272,9 +274,8 @@ def _run_threads(
             try:
                 outcome = Outcome.returned(call.invoke(board))
             except Exception as exc:
-                outcome = Outcome.raised(exc)
-                if not outcome.is_contract_error:
-                    outcome = None  # an infrastructure fault: it may or may not have applied
+                # An infrastructure fault may or may not have applied: ambiguous, None.
+                outcome = None if is_infrastructure_fault(exc) else Outcome.raised(exc)
             returned = time.monotonic() if outcome is not None else math.inf
             if outcome is not None and outcome.ok and outcome.task and outcome.task.lease:
                 mine[call.task_id] = outcome.task.lease.token
@@ -282,18 +283,19 @@ def _run_threads(
                 op_id = next(ids)
             records[index].append(Operation(op_id, index, call, outcome, invoked, returned))
 
-    arm_start_line(board, sum(1 for ops in supported if ops))
     workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(threads))]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(THREAD_TIMEOUT)
+    with start_line(board, sum(1 for ops in supported if ops)):
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(THREAD_TIMEOUT)
     if any(worker.is_alive() for worker in workers):
-        raise ContractViolation(
-            "SPEC 5", "every thread's calls to return", f"hung for over {THREAD_TIMEOUT}s"
+        hung = CallTimeoutError(
+            f"the racing threads' calls did not return within {THREAD_TIMEOUT:g} s"
         )
+        _raise_fault(machine._fault(hung, None, "the racing threads"))
     history = [op for ops in records for op in ops]
-    return history, list(board.list_tasks())
+    return history, machine._snapshot(None)
 
 
 def _report(
