@@ -2,8 +2,8 @@
 
 Exit codes: 0 when all is well, 1 when a contract violation or a snapshot problem was
 found, 2 for a usage mistake (a bad target, file, budget or database), which is reported
-in one line without a traceback, and 3 when ``fuzz`` stopped on an infrastructure fault
-(the storage failed or a call hung: no verdict on the contract).
+in one line without a traceback, and 3 when ``fuzz`` or ``replay`` stopped on an
+infrastructure fault (the storage failed or a call hung: no verdict on the contract).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from taskboard._fuzz import (
     parse_budget,
 )
 from taskboard._fuzz import resolve_target as _resolve_target
+from taskboard.stateful._machine import InfrastructureFault
 from taskboard.stateful._replay import replay_trace
 from taskboard.stateful._tracefile import (
     TRACE_DIR_ENV,
@@ -75,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="taskboard",
         description="Prove that a storage backend keeps the taskboard coordination contract.",
         epilog="Exit codes: 0 all well, 1 a violation or problem found, 2 a usage mistake, "
-        "3 fuzz stopped on an infrastructure fault.",
+        "3 fuzz or replay stopped on an infrastructure fault.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
@@ -139,7 +140,8 @@ def _parser() -> argparse.ArgumentParser:
         help="replay a trace file against a board",
         description=(
             "Replay a trace's steps against a fresh board and judge each one as the machine "
-            "does. Reports the first step where the board breaks the contract (exit 1), or "
+            "does. Reports the first step where the board breaks the contract (exit 1), an "
+            "infrastructure fault (exit 3), or "
             "that the trace now passes (exit 0). Tokens are mapped by lease, so a trace "
             "recorded on one board replays on another."
         ),
@@ -277,8 +279,15 @@ def _replay(args: argparse.Namespace) -> int:
         where = (
             "the initial snapshot" if trace.verdict.step is None else f"step {trace.verdict.step}"
         )
-        print(f"recorded: {trace.verdict.clause} broken at {where}")
-    result = replay_trace(trace, board)
+        if trace.verdict.clause == "infrastructure fault":
+            print(f"recorded: an infrastructure fault at {where}")
+        else:
+            print(f"recorded: {trace.verdict.clause} broken at {where}")
+    try:
+        result = replay_trace(trace, board)
+    except InfrastructureFault as fault:
+        print(f"STOPPED: {fault}")
+        return FAULT
     for difference in result.differences:
         print(f"  note: {difference}")
     if args.emit_test:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 import threading
 import time
@@ -26,7 +27,8 @@ class InjectedFault(ConnectionError):
     """A fault :func:`inject_faults` raised on purpose.
 
     A ``ConnectionError``, so code under test treats it as the network failure it
-    stands for. ``took_effect`` says whether the call reached the board first.
+    stands for. ``took_effect`` says whether the call reached the board and the
+    board accepted it, before the reply was lost.
     """
 
     def __init__(self, message: str, *, method: str, took_effect: bool) -> None:
@@ -77,55 +79,63 @@ class _Faulty:
             raise AttributeError(name)
         return getattr(self.board, name)
 
-    def _draw(self, method: str) -> FaultKind | None:
+    def _draw(self, method: str) -> tuple[int, FaultKind | None]:
+        """This call's number (from 1) and the fault it meets, if any."""
         with self._lock:
             self._calls += 1
             hit = self._random.random() < self.rate
             kind = self._random.choice(self.kinds) if hit else None
             if kind is None or method not in self.methods:
-                return None
+                return self._calls, None
             self.injected.append(InjectedFaultRecord(self._calls, method, kind))
-            return kind
+            return self._calls, kind
 
-    def _fault(self, method: str, took_effect: bool) -> InjectedFault:
-        when = "after it took effect (its reply was lost)" if took_effect else "before it"
+    def _fault(self, method: str, call: int, *, reached: bool, took_effect: bool) -> InjectedFault:
+        if not reached:
+            when = "before it reached the board"
+        elif took_effect:
+            when = "after it took effect (its reply was lost)"
+        else:
+            when = "after the board rejected it (its reply was lost)"
         return InjectedFault(
-            f"injected fault on {method}() call {self._calls}, {when} "
+            f"injected fault on {method}() call {call}, {when} "
             f"(taskboard.faults, rate {self.rate:g}, seed {self.seed})",
             method=method,
             took_effect=took_effect,
         )
 
     def _run(self, method: str, *args: Any) -> Any:
-        kind = self._draw(method)
+        call, kind = self._draw(method)
         if kind == "before":
-            raise self._fault(method, took_effect=False)
+            raise self._fault(method, call, reached=False, took_effect=False)
         if kind == "latency":
             time.sleep(self.latency)
         try:
             result = getattr(self.board, method)(*args)
         except Exception:
             if kind == "after":
-                raise self._fault(method, took_effect=True) from None
+                raise self._fault(method, call, reached=True, took_effect=False) from None
             raise
         if kind == "after":
-            raise self._fault(method, took_effect=True)
+            raise self._fault(method, call, reached=True, took_effect=True)
         return result
 
     async def _run_async(self, method: str, *args: Any) -> Any:
-        kind = self._draw(method)
+        call, kind = self._draw(method)
         if kind == "before":
-            raise self._fault(method, took_effect=False)
+            raise self._fault(method, call, reached=False, took_effect=False)
         if kind == "latency":
             await asyncio.sleep(self.latency)
         try:
-            result = await getattr(self.board, method)(*args)
+            result = getattr(self.board, method)(*args)
+            if inspect.isawaitable(result):  # a board may mix sync and async methods
+                result = await result
         except Exception:
             if kind == "after":
-                raise self._fault(method, took_effect=True) from None
+                raise self._fault(method, call, reached=True, took_effect=False) from None
             raise
         if kind == "after":
-            raise self._fault(method, took_effect=True)
+            raise self._fault(method, call, reached=True, took_effect=True)
         return result
 
 

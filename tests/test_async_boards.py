@@ -11,10 +11,10 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskboard import ManualClock, Task, concurrent_claim, duplicate_token_submit
+from taskboard import ClaimRequest, ManualClock, Task, concurrent_claim, duplicate_token_submit
 from taskboard.boardtest import BoardContract
 from taskboard.model import ContractViolation
-from taskboard.stateful import BoardMachine, InfrastructureFault
+from taskboard.stateful import BoardMachine, InfrastructureFault, run_parallel_state_machine
 from tests.async_hosts import AsyncDictBoard
 
 QUICK = settings(max_examples=100, database=None, derandomize=True)
@@ -132,3 +132,28 @@ def test_an_async_make_board_that_raises_is_a_fault_at_set_up() -> None:
     with pytest.raises(InfrastructureFault, match="make_board") as raised:
         run_state_machine_as_test(BoardMachine.for_board(unreachable), settings=QUICK)
     assert isinstance(raised.value.exception, ConnectionError)
+
+
+class CoreOnlyAsyncBoard:
+    """An async board with the four Board methods only: no renew, no fail."""
+
+    def __init__(self, tasks: Sequence[Task], clock: ManualClock) -> None:
+        self.inner = AsyncDictBoard(tasks, clock)
+
+    async def list_tasks(self) -> list[Task]:
+        return await self.inner.list_tasks()
+
+    async def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        return await self.inner.claim(task_id, agent, request)
+
+    async def release(self, task_id: str, token: str) -> None:
+        await self.inner.release(task_id, token)
+
+    async def complete(self, task_id: str, token: str) -> None:
+        await self.inner.complete(task_id, token)
+
+
+def test_parallel_mode_on_an_async_board_without_renew_or_fail() -> None:
+    """Threads whose operations the board lacks never hold a start line the others wait at."""
+    machine = BoardMachine.for_board(CoreOnlyAsyncBoard, expired_lease_policy="accept")
+    run_parallel_state_machine(machine, settings=settings(QUICK, max_examples=30))

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,20 +18,23 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard import (
     Board,
+    BoardError,
     ClaimRequest,
     FailingBoard,
     LeaseLostError,
     ManualClock,
     RenewingBoard,
     State,
+    TakenError,
     Task,
 )
+from taskboard._fuzz import fuzz
 from taskboard.faults import InjectedFault, InjectedFaultRecord, inject_faults
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import MUTANTS, RenewWithoutTokenCheck
 from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.model import ContractViolation
-from taskboard.stateful import BoardMachine, CallTimeoutError, InfrastructureFault
+from taskboard.stateful import BoardMachine, CallTimeoutError, InfrastructureFault, replay_trace
 from tests.async_hosts import AsyncDictBoard
 
 QUICK = settings(max_examples=60, database=None, derandomize=True)
@@ -89,8 +93,9 @@ def test_a_fault_after_the_call_loses_the_reply_of_a_call_that_took_effect() -> 
 def test_a_fault_after_a_rejected_call_replaces_the_contract_error() -> None:
     """kind "after" on a call the board rejects: the reply (the error) is lost too."""
     board = inject_faults(memory(), rate=1, kinds=["after"])
-    with pytest.raises(InjectedFault):
+    with pytest.raises(InjectedFault, match="after the board rejected it") as raised:
         board.release("t1", "no such token")
+    assert raised.value.took_effect is False
 
 
 def test_latency_delays_the_call_and_then_lets_it_through() -> None:
@@ -304,7 +309,9 @@ def test_a_timeout_is_not_tolerated() -> None:
     [
         ({"call_timeout": 5}, "call_timeout must be a positive timedelta or None"),
         ({"call_timeout": timedelta(0)}, "call_timeout must be a positive timedelta or None"),
-        ({"tolerate_faults": "yes"}, "tolerate_faults must be True or False"),
+        ({"tolerate_faults": "yes"}, "tolerate_faults must be True, False or a tuple"),
+        ({"tolerate_faults": ()}, "tolerate_faults must be True, False or a tuple"),
+        ({"tolerate_faults": (KeyError, 3)}, "tolerate_faults must be True, False or a tuple"),
     ],
 )
 def test_bad_fault_settings_are_rejected_before_anything_runs(
@@ -374,7 +381,7 @@ def test_tolerant_mode_reports_a_snapshot_that_matches_neither_outcome() -> None
     text = str(raised.value)
     assert "failed with an infrastructure fault" in text
     assert "matches neither" in text
-    assert "infrastructure fault tolerated" in text
+    assert "infrastructure fault: the call's effect is unknown" in text
 
 
 #: The mutants whose bug a single thread can reach (the others are races, for the criteria).
@@ -407,3 +414,161 @@ def test_lease_lost_after_a_tolerated_fault_is_still_a_contract_outcome() -> Non
     board = inject_faults(memory(), rate=0)
     with pytest.raises(LeaseLostError):
         board.release("t1", "nobody's")
+
+
+# -- review: what a fault must not do ------------------------------------------------------------
+
+
+class BareBoardErrorClaim(MemoryBoard):
+    """Rejects a live claim with a bare BoardError where the contract names TakenError."""
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        try:
+            return super().claim(task_id, agent, request)
+        except TakenError:
+            raise BoardError("conflict") from None
+
+
+def test_a_bare_board_error_is_judged_by_the_contract_not_tolerated() -> None:
+    """Any BoardError is an outcome for the model to judge, even in tolerant mode."""
+    with pytest.raises(ContractViolation, match="TakenError"):
+        run(tolerant(BareBoardErrorClaim, expired_lease_policy="accept"))
+
+
+def test_a_tuple_tolerates_only_the_listed_faults() -> None:
+    """tolerate_faults=(ConnectionError,): a KeyError from the host's code is still a fault."""
+    with pytest.raises(InfrastructureFault, match="KeyError"):
+        run(
+            BoardMachine.for_board(
+                KeyErrorBoard, tolerate_faults=(ConnectionError,), expired_lease_policy="accept"
+            )
+        )
+
+
+class TimingOutRelease(MemoryBoard):
+    """release raises the driver-level TimeoutError a socket read gives."""
+
+    def release(self, task_id: str, token: str) -> None:
+        raise TimeoutError("timed out reading the reply")
+
+
+def test_a_board_timeout_is_not_tolerated() -> None:
+    """A TimeoutError from the board's own driver ends the run even in tolerant mode."""
+    with pytest.raises(InfrastructureFault, match="TimeoutError"):
+        run(tolerant(TimingOutRelease, expired_lease_policy="accept"))
+
+
+class FailingClose(MemoryBoard):
+    """close() fails: the connection is already gone."""
+
+    def close(self) -> None:
+        raise ConnectionError("connection already closed")
+
+
+def test_a_failing_close_board_is_a_fault_at_close_board() -> None:
+    """close_board raising, with nothing else wrong, is reported as a fault at close_board."""
+    with pytest.raises(InfrastructureFault, match=r"infrastructure fault at close_board"):
+        run(BoardMachine.for_board(FailingClose, expired_lease_policy="accept"))
+
+
+class HangingClaimAndClose(HangingClaim):
+    """close() waits on the lock the hung claim holds."""
+
+    def close(self) -> None:
+        threading.Event().wait()
+
+
+def test_after_a_hang_the_board_is_not_closed() -> None:
+    """A board hung in a call is left alone at teardown: one timeout, not one per close."""
+    case = BoardMachine.for_board(
+        HangingClaimAndClose, call_timeout=timedelta(seconds=0.3)
+    ).TestCase
+    case.settings = settings(QUICK, max_examples=1000)
+    started = time.monotonic()
+    with pytest.raises(InfrastructureFault, match="a call hung"):
+        case("runTest").runTest()
+    assert time.monotonic() - started < 15
+
+
+class CoroutineClaim(MemoryBoard):
+    """claim returns a coroutine from a plain method (a sync decorator on async code)."""
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Any:
+        async def claimed() -> Task:
+            return MemoryBoard.claim(self, task_id, agent, request)
+
+        return claimed()
+
+
+def test_a_coroutine_from_a_plain_method_is_a_clear_fault() -> None:
+    """A sync-looking method returning a coroutine: a fault that says why, never awaited."""
+    with pytest.raises(InfrastructureFault, match="returned an awaitable"):
+        run(BoardMachine.for_board(CoroutineClaim, expired_lease_policy="accept"))
+
+
+def test_an_outer_alarm_keeps_running_through_board_calls() -> None:
+    """pytest-timeout's alarm (any outer ITIMER_REAL) is not paused by the per-call timeout."""
+    import signal
+
+    fired: list[float] = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(time.monotonic()))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        started = time.monotonic()
+        board = BoardMachine.for_board(MemoryBoard)
+        deadline = started + 2
+        while not fired and time.monotonic() < deadline:
+            run(board, settings(QUICK, max_examples=2))
+        assert fired, "the outer alarm never went off"
+        assert fired[0] - started < 1.5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class FlakyOnce(MemoryBoard):
+    """The first claim of the process meets a network blip; no later call does."""
+
+    blipped = False
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        if not FlakyOnce.blipped:
+            FlakyOnce.blipped = True
+            raise ConnectionError("a blip")
+        return super().claim(task_id, agent, request)
+
+
+FlakyOnce.expired_lease_policy = "accept"  # type: ignore[misc]
+
+
+def test_fuzz_reports_a_fault_that_does_not_recur_as_a_fault(tmp_path: Path) -> None:
+    """A blip Hypothesis cannot replay (Flaky) is still a fault (exit 3), not a violation."""
+    FlakyOnce.blipped = False
+    report = fuzz(
+        "tests.test_faults:FlakyOnce",
+        budget=60,
+        max_examples=50,
+        seed=1,
+        database=str(tmp_path / "db"),
+        trace_dir=str(tmp_path / "traces"),
+        progress=None,
+    )
+    assert report.fault is True
+    assert report.failure is not None
+    assert "a blip" in report.failure
+
+
+def test_replaying_on_an_unreachable_board_is_a_fault_not_a_verdict(tmp_path: Path) -> None:
+    """replay_trace on a board that cannot be made raises InfrastructureFault."""
+    machine = BoardMachine.for_board(MemoryBoard, expired_lease_policy="accept")
+    instance = machine()
+    instance.start(deps={"t1": (), "t2": (), "t3": ()}, start_ticks=0)
+    instance.claim("t1", "a1", 5)
+    trace = instance.to_trace()
+    instance.teardown()
+
+    def unreachable(tasks: Sequence[Task], clock: ManualClock) -> Board:
+        raise ConnectionError("connection refused")
+
+    with pytest.raises(InfrastructureFault, match="make_board"):
+        replay_trace(trace, unreachable)

@@ -115,8 +115,14 @@ class BoardContract:
             return board
 
         yield factory
-        for made, driver in opened:
-            close_driven(self.close_board, made, driver)
+        errors: list[Exception] = []
+        for made, driver in opened:  # each board is closed, whatever the others do
+            try:
+                close_driven(self.close_board, made, driver)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise ExceptionGroup("close_board failed", errors)
 
     @property
     def tick(self) -> timedelta:

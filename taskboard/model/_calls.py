@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard, Task
 from taskboard._errors import (
     BlockedError,
+    BoardError,
     LeaseLostError,
     NotFoundError,
     TakenError,
@@ -28,6 +29,7 @@ __all__ = [
     "Step",
     "describe_task",
     "format_duration",
+    "is_infrastructure_fault",
 ]
 
 
@@ -50,6 +52,12 @@ CONTRACT_ERRORS: dict[str, type[Exception]] = {
     "LeaseLostError": LeaseLostError,
     "ValueError": ValueError,
 }
+
+
+def is_infrastructure_fault(exc: BaseException) -> bool:
+    """True for an exception a board raised that is no contract outcome: not a
+    ``BoardError`` (any, for the model to judge) and not a ``ValueError``."""
+    return not isinstance(exc, BoardError | ValueError)
 
 
 def format_duration(delta: timedelta) -> str:

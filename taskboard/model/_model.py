@@ -534,8 +534,13 @@ class BoardModel:
                 return self.advance(call, now, applied).reconcile(snapshot), applied
             except ContractViolation as violation:
                 with_it = f"with it applied, {violation.observed} ({violation.clause})"
+        elif call.op is Op.CLAIM:
+            with_it = (
+                f"nor does it show the claim applied: no lease for {call.agent!r} under a "
+                "token never issued before"
+            )
         else:
-            with_it = f"it shows no lease that {call.op} could have left"
+            with_it = "nor does it show the renew applied: no lease under the renewed token"
         raise ContractViolation(
             without.clause,
             f"after {call.op} of {call.task_id!r} failed with an infrastructure fault, a "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
@@ -44,6 +45,7 @@ from taskboard.model import (
     format_duration,
     is_live,
 )
+from taskboard.model._calls import is_infrastructure_fault
 from taskboard.model._model import EXPIRED_LEASE_POLICIES
 from taskboard.stateful._trace import FORGERIES, forge, render_step, token_ref
 from taskboard.stateful._tracefile import TRACE_DIR_ENV, Trace, Verdict, write_trace
@@ -270,7 +272,10 @@ class BoardMachine(RuleBasedStateMachine):
     * ``tolerate_faults``: fuzz through infrastructure faults (default off). After a
       call fails with one, its effect is unknown: the machine reads ``list_tasks()``
       and accepts the snapshot only if it matches the board without the call or
-      with it applied, then goes on from there. A timeout still ends the run.
+      with it applied, then goes on from there. ``True`` tolerates every fault; a
+      tuple of exception classes (``(ConnectionError, psycopg.OperationalError)``)
+      only those, so a ``KeyError`` from the host's own code is still reported. A
+      timeout (any ``TimeoutError``) still ends the run.
 
     Async boards: a board whose methods are coroutines needs no wrapper. The machine
     runs it on an event loop of its own, on a thread of its own, one loop per
@@ -282,7 +287,7 @@ class BoardMachine(RuleBasedStateMachine):
     clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
     call_timeout: ClassVar[timedelta | None] = timedelta(seconds=10)
-    tolerate_faults: ClassVar[bool] = False
+    tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = False
     #: Where the shrunk failing trace is written as JSON; ``None`` reads the
     #: ``TASKBOARD_TRACE_DIR`` environment variable, and no trace is written if it is unset.
     trace_dir: ClassVar[str | None] = None
@@ -302,6 +307,9 @@ class BoardMachine(RuleBasedStateMachine):
         #: The board as ``make_board`` returned it (``board`` is it as the machine calls it).
         self.made_board: Any = None
         self._driver: Driver | None = None
+        #: The report this example ends with, once one is made; whether a call hung.
+        self._failure: ContractViolation | InfrastructureFault | None = None
+        self._hung = False
         self.trace: list[Step] = []
         self._labels: dict[str, str] = {}
         # Every lease's latest until, and the leases their holders gave up (released, ...).
@@ -336,10 +344,15 @@ class BoardMachine(RuleBasedStateMachine):
                 f"{cls.__qualname__}.call_timeout must be a positive timedelta or None, "
                 f"got {timeout!r}"
             )
-        if not isinstance(cls.tolerate_faults, bool):
+        tolerated: object = cls.tolerate_faults
+        if not isinstance(tolerated, bool) and not (
+            isinstance(tolerated, tuple)
+            and tolerated
+            and all(isinstance(t, type) and issubclass(t, Exception) for t in tolerated)
+        ):
             raise TypeError(
-                f"{cls.__qualname__}.tolerate_faults must be True or False, "
-                f"got {cls.tolerate_faults!r}"
+                f"{cls.__qualname__}.tolerate_faults must be True, False or a tuple of "
+                f"exception classes, got {tolerated!r}"
             )
         if cls.expired_lease_policy not in EXPIRED_LEASE_POLICIES:
             raise TypeError(
@@ -433,11 +446,25 @@ class BoardMachine(RuleBasedStateMachine):
         """
 
     def teardown(self) -> None:
-        """Hand the board to :meth:`close_board`, then stop the board's event loop."""
+        """Hand the board to :meth:`close_board`, then stop the board's event loop.
+
+        After a hung call the board is left alone (it may still be inside the call).
+        A failing ``close_board`` is an infrastructure fault, or a note on the report
+        already on its way.
+        """
         for listener in _LISTENERS:
             listener(self)
-        if self._driver is not None:
+        if self._driver is None:
+            return
+        if self._hung:
+            self._driver.close()
+            return
+        try:
             close_driven(self.close_board, self.made_board, self._driver)
+        except Exception as exc:
+            if self._failure is None:
+                _raise_fault(self._fault(exc, None, "close_board(board)"))
+            self._failure.add_note(f"close_board(board) then raised {exc!r} as well")
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -650,10 +677,10 @@ class BoardMachine(RuleBasedStateMachine):
         except Exception as exc:
             board_exc = exc
             outcome = Outcome.raised(exc)
-        fault = board_exc if board_exc is not None and not outcome.is_contract_error else None
+        fault = board_exc if board_exc is not None and is_infrastructure_fault(board_exc) else None
         tolerated = fault is not None and self._tolerates(fault)
         self.transitions[(*transition, "fault" if fault else outcome.error or "ok")] += 1
-        note = "infrastructure fault tolerated: the call's effect is unknown" if tolerated else ""
+        note = "infrastructure fault: the call's effect is unknown" if tolerated else ""
         step = Step(len(self.trace) + 1, now, call, outcome, allowed, note=note, token_ref=ref)
         self.trace.append(step)
         if fault is not None:
@@ -670,9 +697,12 @@ class BoardMachine(RuleBasedStateMachine):
         return outcome
 
     def _tolerates(self, fault: Exception) -> bool:
-        # A call cut off by the timeout may still land later (a query the server goes on
-        # with), so no snapshot can settle it: timeouts end the run in either mode.
-        return type(self).tolerate_faults and not isinstance(fault, CallTimeoutError)
+        # A call that timed out, here or in the driver, may still land later (a query the
+        # server goes on with), so no snapshot can settle it: timeouts end the run.
+        tolerated = type(self).tolerate_faults
+        if isinstance(tolerated, bool):
+            return tolerated and not isinstance(fault, TimeoutError)
+        return isinstance(fault, tolerated) and not isinstance(fault, TimeoutError)
 
     def _settle(self, call: Call, now: datetime, step: Step, fault: Exception) -> Outcome:
         """Tolerant mode, after ``call`` met an infrastructure fault: adopt the snapshot if it
@@ -686,8 +716,19 @@ class BoardMachine(RuleBasedStateMachine):
         if applied is not None:
             self._label_lease(applied)
             self._remember_untils(call, applied)
+        lease = applied.task.lease if applied is not None and applied.task is not None else None
+        verdict = (
+            "the snapshot shows it not applied"
+            if applied is None
+            else f"the snapshot shows it applied ({self._label(lease.token)})"
+            if lease is not None
+            else "the snapshot shows it applied"
+        )
+        step = dataclasses.replace(step, note=f"infrastructure fault tolerated: {verdict}")
+        self.trace[-1] = step
         self._observe(step, snapshot)
-        return step.outcome if applied is None else applied  # type: ignore[return-value]
+        assert step.outcome is not None
+        return step.outcome if applied is None else applied
 
     def _label_lease(self, outcome: Outcome) -> None:
         if outcome.ok and outcome.task is not None and outcome.task.lease is not None:
@@ -814,18 +855,24 @@ class BoardMachine(RuleBasedStateMachine):
             lines.append("  allowed   " + " or ".join(str(a) for a in step.allowed))
         lines.append(f"  fault     {what}: {exc}")
         if timeout:
-            lines.append(
-                "  meaning   the call did not return within call_timeout; if the store is "
-                "just slow, raise it (call_timeout = timedelta(seconds=...))"
+            meaning = (
+                "the call did not return within call_timeout; if the store is just slow, "
+                "raise it (call_timeout = timedelta(seconds=...))"
             )
+        elif during.startswith("list_tasks") and type(self).tolerate_faults:
+            meaning = f"the board failed {SNAPSHOT_ATTEMPTS} reads in a row: the run cannot go on"
         else:
-            lines.append(
-                "  meaning   the storage, its driver or the network failed (or the host "
-                "raised an exception the contract does not name): not a contract violation, "
-                "and the call's effect is unknown. To fuzz through such faults, set "
-                "tolerate_faults = True"
+            meaning = (
+                "the storage, its driver or the network failed (or the host raised an "
+                "exception the contract does not name): not a contract violation"
             )
+            if not during:
+                meaning += ", and the call's effect is unknown"
+            if (not during or during.startswith("list_tasks")) and not type(self).tolerate_faults:
+                meaning += ". To fuzz through such faults, set tolerate_faults = True"
+        lines.append(f"  meaning   {meaning}")
         report = InfrastructureFault("", exc)
+        self._hung = self._hung or timeout
         clause = "infrastructure fault"
         self._finish(report, lines, step, (clause, "no infrastructure fault", f"raised {exc!r}"))
         return report
@@ -850,6 +897,7 @@ class BoardMachine(RuleBasedStateMachine):
                 lines.append(render_step(earlier, self.start_time, self._label, marker=marker))
         report.step = step
         report.trace = tuple(self.trace)
+        self._failure = report
         hung = isinstance(report, InfrastructureFault) and isinstance(
             report.exception, CallTimeoutError
         )

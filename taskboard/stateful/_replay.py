@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import cast
 
 from taskboard.model import ContractViolation, Op
-from taskboard.stateful._machine import BoardFactory, BoardMachine
+from taskboard.stateful._machine import BoardFactory, BoardMachine, hangs_reported
 from taskboard.stateful._trace import resolve_token
 from taskboard.stateful._tracefile import Trace
 
@@ -52,15 +52,20 @@ def replay_trace(trace: Trace, board: BoardFactory | type[BoardMachine]) -> Repl
     time, and tokens are mapped by lease: ``L3`` is the token this board's third
     successful claim returned. A parallel-mode trace reruns its program a few times
     (threads do not repeat their timing); ``steps_run`` then counts the runs.
+
+    Raises:
+        InfrastructureFault: the board raised an exception the contract does not
+            name, or a call hung: the replay has no verdict on the contract.
     """
     machine_cls = _machine_for(board, trace)
-    if trace.program is not None:
-        return _run_parallel(machine_cls, trace)
-    machine = machine_cls()
-    try:
-        return _run(machine, trace)
-    finally:
-        machine.teardown()
+    with hangs_reported():
+        if trace.program is not None:
+            return _run_parallel(machine_cls, trace)
+        machine = machine_cls()
+        try:
+            return _run(machine, trace)
+        finally:
+            machine.teardown()
 
 
 def _run_parallel(machine_cls: type[BoardMachine], trace: Trace) -> ReplayResult:
