@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard import ClaimRequest, ManualClock, Task, concurrent_claim, duplicate_token_submit
+from taskboard._fuzz import fuzz
 from taskboard.boardtest import BoardContract
 from taskboard.model import ContractViolation
 from taskboard.stateful import BoardMachine, InfrastructureFault, run_parallel_state_machine
@@ -157,3 +159,19 @@ def test_parallel_mode_on_an_async_board_without_renew_or_fail() -> None:
     """Threads whose operations the board lacks never hold a start line the others wait at."""
     machine = BoardMachine.for_board(CoreOnlyAsyncBoard, expired_lease_policy="accept")
     run_parallel_state_machine(machine, settings=settings(QUICK, max_examples=30))
+
+
+def test_fuzz_runs_an_async_board_target(tmp_path: Path) -> None:
+    """taskboard fuzz takes an async board class as its target, with no wrapper."""
+    report = fuzz(
+        "tests.async_hosts:AsyncDictBoard",
+        budget=60,
+        max_examples=30,
+        seed=1,
+        database=str(tmp_path / "db"),
+        trace_dir=str(tmp_path / "traces"),
+        progress=None,
+    )
+    assert report.failure is None
+    assert report.examples == 30
+    assert report.transitions[("open", "claim", "ok")] > 0
