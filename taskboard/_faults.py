@@ -7,7 +7,8 @@ import inspect
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, get_args
@@ -104,38 +105,40 @@ class _Faulty:
             took_effect=took_effect,
         )
 
-    def _run(self, method: str, *args: Any) -> Any:
+    def _enter(self, method: str) -> tuple[int, FaultKind | None]:
+        """Draw this call's fault; a fault "before" is raised here."""
         call, kind = self._draw(method)
         if kind == "before":
             raise self._fault(method, call, reached=False, took_effect=False)
-        if kind == "latency":
-            time.sleep(self.latency)
+        return call, kind
+
+    @contextmanager
+    def _reply(self, method: str, call: int, kind: FaultKind | None) -> Iterator[None]:
+        """Around the board's own call: a fault "after" replaces whatever it answered."""
         try:
-            result = getattr(self.board, method)(*args)
+            yield
         except Exception:
             if kind == "after":
                 raise self._fault(method, call, reached=True, took_effect=False) from None
             raise
         if kind == "after":
             raise self._fault(method, call, reached=True, took_effect=True)
-        return result
+
+    def _run(self, method: str, *args: Any) -> Any:
+        call, kind = self._enter(method)
+        if kind == "latency":
+            time.sleep(self.latency)
+        with self._reply(method, call, kind):  # a fault "after" overrides the return
+            return getattr(self.board, method)(*args)
 
     async def _run_async(self, method: str, *args: Any) -> Any:
-        call, kind = self._draw(method)
-        if kind == "before":
-            raise self._fault(method, call, reached=False, took_effect=False)
+        call, kind = self._enter(method)
         if kind == "latency":
             await asyncio.sleep(self.latency)
-        try:
+        with self._reply(method, call, kind):
             result = getattr(self.board, method)(*args)
             if inspect.isawaitable(result):  # a board may mix sync and async methods
                 result = await result
-        except Exception:
-            if kind == "after":
-                raise self._fault(method, call, reached=True, took_effect=False) from None
-            raise
-        if kind == "after":
-            raise self._fault(method, call, reached=True, took_effect=True)
         return result
 
 
