@@ -68,10 +68,11 @@ class Driver(Protocol):
     wedged: bool
 
     def call(self, function: Callable[..., Any], *args: Any) -> Any:
-        """``function(*args)``, awaited if it returns an awaitable.
+        """``function(*args)``; an awaitable it returns is awaited on a loop driver.
 
         Raises:
             CallTimeoutError: it ran longer than the timeout.
+            TypeError: a driver without a loop got an awaitable back.
         """
         ...
 
