@@ -437,12 +437,13 @@ def test_a_bare_board_error_is_judged_by_the_contract_not_tolerated() -> None:
 
 def test_a_tuple_tolerates_only_the_listed_faults() -> None:
     """tolerate_faults=(ConnectionError,): a KeyError from the host's code is still a fault."""
-    with pytest.raises(InfrastructureFault, match="KeyError"):
+    with pytest.raises(InfrastructureFault, match="KeyError") as raised:
         run(
             BoardMachine.for_board(
                 KeyErrorBoard, tolerate_faults=(ConnectionError,), expired_lease_policy="accept"
             )
         )
+    assert "add KeyError to tolerate_faults" in str(raised.value)
 
 
 class TimingOutRelease(MemoryBoard):
@@ -454,8 +455,9 @@ class TimingOutRelease(MemoryBoard):
 
 def test_a_board_timeout_is_not_tolerated() -> None:
     """A TimeoutError from the board's own driver ends the run even in tolerant mode."""
-    with pytest.raises(InfrastructureFault, match="TimeoutError"):
+    with pytest.raises(InfrastructureFault, match="TimeoutError") as raised:
         run(tolerant(TimingOutRelease, expired_lease_policy="accept"))
+    assert "Timeouts are never tolerated" in str(raised.value)
 
 
 class FailingClose(MemoryBoard):

@@ -859,7 +859,7 @@ class BoardMachine(RuleBasedStateMachine):
                 "the call did not return within call_timeout; if the store is just slow, "
                 "raise it (call_timeout = timedelta(seconds=...))"
             )
-        elif during.startswith("list_tasks") and type(self).tolerate_faults:
+        elif during.startswith("list_tasks") and self._tolerates(exc):
             meaning = f"the board failed {SNAPSHOT_ATTEMPTS} reads in a row: the run cannot go on"
         else:
             meaning = (
@@ -868,14 +868,22 @@ class BoardMachine(RuleBasedStateMachine):
             )
             if not during:
                 meaning += ", and the call's effect is unknown"
-            if (not during or during.startswith("list_tasks")) and not type(self).tolerate_faults:
-                meaning += ". To fuzz through such faults, set tolerate_faults = True"
+            if not during or during.startswith("list_tasks"):
+                meaning += self._how_to_tolerate(exc)
         lines.append(f"  meaning   {meaning}")
         report = InfrastructureFault("", exc)
         self._hung = self._hung or timeout
         clause = "infrastructure fault"
         self._finish(report, lines, step, (clause, "no infrastructure fault", f"raised {exc!r}"))
         return report
+
+    def _how_to_tolerate(self, exc: Exception) -> str:
+        tolerated = type(self).tolerate_faults
+        if tolerated is False:
+            return ". To fuzz through such faults, set tolerate_faults = True"
+        if isinstance(exc, TimeoutError):
+            return ". Timeouts are never tolerated: the call may still land later"
+        return f". To fuzz through it, add {type(exc).__qualname__} to tolerate_faults"
 
     def _finish(
         self,
