@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
+from bench_machine import measure  # the script's own folder is on sys.path
+from hypothesis import settings
 
 from taskboard import ClaimRequest, ManualClock, Task
 from taskboard.faults import inject_faults
@@ -61,29 +61,6 @@ class HangingClaim(MemoryBoard):
     def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
         threading.Event().wait()
         raise AssertionError("unreachable")
-
-
-def measure(machine: type[BoardMachine], examples: int) -> tuple[int, float]:
-    """Steps run and seconds taken over ``examples`` derandomized examples."""
-    steps = 0
-
-    class Counted(machine):  # type: ignore[valid-type,misc]
-        def teardown(self) -> None:
-            nonlocal steps
-            steps += len(self.trace)
-            super().teardown()
-
-    run_settings = settings(
-        max_examples=examples,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        phases=[Phase.generate],
-    )
-    started = time.perf_counter()
-    run_state_machine_as_test(Counted, settings=run_settings)
-    return steps, time.perf_counter() - started
 
 
 def main() -> None:
