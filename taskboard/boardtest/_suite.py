@@ -517,8 +517,8 @@ class BoardContract:
 
     # -- the machine and the criteria ----------------------------------------------------------
 
-    def test_state_machine(self) -> None:
-        """SPEC 6: BoardMachine finds no divergence from the model (depth from the profile)."""
+    def _machine_class(self, suffix: str) -> type[BoardMachine]:
+        """A BoardMachine on this class's hooks and settings, named after the class."""
         machine = BoardMachine.for_board(
             self.make_board,
             close=self.close_board,
@@ -526,7 +526,12 @@ class BoardContract:
             expired_lease_policy=self.expired_lease_policy,
             call_timeout=self.call_timeout,
         )
-        machine.__name__ = machine.__qualname__ = f"{type(self).__name__}Machine"
+        machine.__name__ = machine.__qualname__ = f"{type(self).__name__}{suffix}"
+        return machine
+
+    def test_state_machine(self) -> None:
+        """SPEC 6: BoardMachine finds no divergence from the model (depth from the profile)."""
+        machine = self._machine_class("Machine")
         chosen = self.machine_settings or settings()
         phases = tuple(p for p in chosen.phases if p is not Phase.explain)
         with hangs_reported():
@@ -534,14 +539,7 @@ class BoardContract:
 
     def test_parallel_histories_are_linearizable(self) -> None:
         """SPEC 3 and 5: calls from several threads at once behave as some order of single calls."""
-        machine = BoardMachine.for_board(
-            self.make_board,
-            close=self.close_board,
-            clock_resolution=self.clock_resolution,
-            expired_lease_policy=self.expired_lease_policy,
-            call_timeout=self.call_timeout,
-        )
-        machine.__name__ = machine.__qualname__ = f"{type(self).__name__}ParallelMachine"
+        machine = self._machine_class("ParallelMachine")
         profile = settings()
         chosen = self.parallel_settings or settings(
             profile, max_examples=min(50, profile.max_examples)
