@@ -29,6 +29,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard._profiles import NIGHTLY, register_profiles
 from taskboard.model import ContractViolation, violations_in
+from taskboard.model._model import errors_in
 from taskboard.stateful._machine import (
     _LISTENERS,
     BoardMachine,
@@ -241,7 +242,8 @@ def _run_batches(
                     return
                 except (ContractViolation, Flaky) as caught:
                     violation = next(iter(violations_in(caught)), None)
-                    unrepeated = None if violation else _fault_in(caught)
+                    faults = [] if violation else errors_in(caught, InfrastructureFault)
+                    unrepeated = next(iter(faults), None)
                     if unrepeated is not None:  # a fault that did not recur when replayed
                         report.failure, report.fault = str(unrepeated), True
                         report.trace_file = unrepeated.trace_file
@@ -258,23 +260,6 @@ def _run_batches(
                 setattr(machine, name, saved[name])
             elif name in machine.__dict__:
                 delattr(machine, name)
-
-
-def _fault_in(error: BaseException) -> InfrastructureFault | None:
-    """The infrastructure fault inside a ``Flaky`` error: in its group, or what it handled."""
-    seen: set[int] = set()
-    stack = [error]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, InfrastructureFault):
-            return current
-        if isinstance(current, BaseExceptionGroup):
-            stack.extend(current.exceptions)
-        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-    return None
 
 
 def _worker(

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 from taskboard._clock import as_utc
 from taskboard._contract import Lease, State, Task
@@ -49,6 +49,9 @@ _CLAUSE = {
 _AFTER = {Op.RELEASE: State.OPEN, Op.COMPLETE: State.DONE, Op.FAIL: State.FAILED}
 
 
+E = TypeVar("E", bound=BaseException)
+
+
 class ContractViolation(AssertionError):
     """The board did something the contract does not allow.
 
@@ -79,12 +82,17 @@ def violations_in(error: BaseException | None) -> list[ContractViolation]:
     or in a ``Flaky...`` error, raised while handling the violation, when a board whose bug
     depends on its own random tokens makes a replay diverge.
     """
+    return errors_in(error, ContractViolation)
+
+
+def errors_in(error: BaseException | None, kind: type[E]) -> list[E]:
+    """The errors of ``kind`` in an error, found as :func:`violations_in` finds violations."""
     if error is None:
         return []
-    if isinstance(error, ContractViolation):
+    if isinstance(error, kind):
         return [error]
-    found = [v for inner in getattr(error, "exceptions", ()) for v in violations_in(inner)]
-    return found or violations_in(error.__context__)
+    found = [e for inner in getattr(error, "exceptions", ()) for e in errors_in(inner, kind)]
+    return found or errors_in(error.__context__, kind)
 
 
 def is_live(lease: Lease | None, now: datetime) -> bool:
