@@ -29,7 +29,7 @@ from datetime import timedelta
 from types import FrameType
 from typing import Any, Protocol, TypeVar
 
-from taskboard._contract import Board, ClaimRequest, Task
+from taskboard._contract import Board
 
 __all__ = [
     "BOARD_METHODS",
@@ -43,10 +43,13 @@ __all__ = [
     "make_driven",
     "shaped",
     "start_line",
+    "wrapper_classes",
 ]
 
-#: Every method of the Board protocol and its two extensions.
-BOARD_METHODS = ("list_tasks", "claim", "renew", "release", "complete", "fail")
+#: The Board protocol's own methods.
+CORE_METHODS = ("list_tasks", "claim", "release", "complete")
+#: Those and the two optional extensions' (RenewingBoard, FailingBoard).
+BOARD_METHODS = (*CORE_METHODS, "renew", "fail")
 
 T = TypeVar("T")
 
@@ -346,46 +349,46 @@ class _Driven:
     def __repr__(self) -> str:
         return repr(self.board)
 
-    def list_tasks(self) -> list[Task]:
-        return list(self.driver.call(self.board.list_tasks))
 
-    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
-        result: Task = self.driver.call(self.board.claim, task_id, agent, request)
-        return result
+def wrapper_classes(
+    name: str, base: type[T], method: Callable[[str], Callable[..., Any]]
+) -> tuple[type[T], type[T], type[T], type[T]]:
+    """Four subclasses of ``base`` whose Board methods ``method(name)`` makes: with neither
+    optional method, with ``renew``, with ``fail``, with both (for :func:`shaped`)."""
 
-    def release(self, task_id: str, token: str) -> None:
-        self.driver.call(self.board.release, task_id, token)
+    def variant(suffix: str, names: tuple[str, ...]) -> type[T]:
+        return type(f"{name}{suffix}", (base,), {n: method(n) for n in names})
 
-    def complete(self, task_id: str, token: str) -> None:
-        self.driver.call(self.board.complete, task_id, token)
-
-
-class _Renew(_Driven):
-    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
-        result: Task = self.driver.call(self.board.renew, task_id, token, request)
-        return result
+    return (
+        variant("", CORE_METHODS),
+        variant("WithRenew", (*CORE_METHODS, "renew")),
+        variant("WithFail", (*CORE_METHODS, "fail")),
+        variant("WithRenewAndFail", (*CORE_METHODS, "renew", "fail")),
+    )
 
 
-class _Fail(_Driven):
-    def fail(self, task_id: str, token: str) -> None:
-        self.driver.call(self.board.fail, task_id, token)
-
-
-class _RenewFail(_Renew, _Fail):
-    pass
-
-
-def shaped(board: object, plain: type[T], renew: type[T], fail: type[T], both: type[T]) -> type[T]:
-    """Of four wrapper classes, the one with exactly the optional methods ``board`` has, so
-    ``isinstance(wrapper, RenewingBoard)`` answers as it would for ``board``."""
+def shaped(board: object, classes: tuple[type[T], type[T], type[T], type[T]]) -> type[T]:
+    """Of :func:`wrapper_classes`' four, the one with exactly the optional methods ``board``
+    has, so ``isinstance(wrapper, RenewingBoard)`` answers as it would for ``board``."""
+    plain, renew, fail, both = classes
     has_renew = callable(getattr(board, "renew", None))
     has_fail = callable(getattr(board, "fail", None))
     return (both if has_fail else renew) if has_renew else (fail if has_fail else plain)
 
 
+def _through_driver(name: str) -> Callable[..., Any]:
+    def method(self: _Driven, *args: Any) -> Any:
+        return self.driver.call(getattr(self.board, name), *args)
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+_DRIVEN = wrapper_classes("Driven", _Driven, _through_driver)
+
+
 def driven(board: object, driver: Driver) -> Board:
     """``board`` as a synchronous Board whose calls go through ``driver``."""
-    cls = shaped(board, _Driven, _Renew, _Fail, _RenewFail)
-    wrapper = cls(board, driver)
+    wrapper = shaped(board, _DRIVEN)(board, driver)
     assert isinstance(wrapper, Board)
     return wrapper

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, get_args
 
-from taskboard._contract import Board, ClaimRequest, Task
-from taskboard._driver import BOARD_METHODS, is_async_board, shaped
+from taskboard._contract import Board
+from taskboard._driver import BOARD_METHODS, is_async_board, shaped, wrapper_classes
 
 __all__ = ["FAULT_KINDS", "FaultKind", "InjectedFault", "InjectedFaultRecord", "inject_faults"]
 
@@ -142,69 +142,24 @@ class _Faulty:
         return result
 
 
-def _sync_methods() -> dict[str, Callable[..., Any]]:
-    def list_tasks(self: _Faulty) -> list[Task]:
-        return list(self._run("list_tasks"))
+def _sync_method(name: str) -> Callable[..., Any]:
+    def method(self: _Faulty, *args: Any) -> Any:
+        return self._run(name, *args)
 
-    def claim(self: _Faulty, task_id: str, agent: str, request: ClaimRequest) -> Task:
-        result: Task = self._run("claim", task_id, agent, request)
-        return result
-
-    def renew(self: _Faulty, task_id: str, token: str, request: ClaimRequest) -> Task:
-        result: Task = self._run("renew", task_id, token, request)
-        return result
-
-    def release(self: _Faulty, task_id: str, token: str) -> None:
-        self._run("release", task_id, token)
-
-    def complete(self: _Faulty, task_id: str, token: str) -> None:
-        self._run("complete", task_id, token)
-
-    def fail(self: _Faulty, task_id: str, token: str) -> None:
-        self._run("fail", task_id, token)
-
-    return locals()
+    method.__name__ = method.__qualname__ = name
+    return method
 
 
-def _async_methods() -> dict[str, Callable[..., Any]]:
-    async def list_tasks(self: _Faulty) -> list[Task]:
-        return list(await self._run_async("list_tasks"))
+def _async_method(name: str) -> Callable[..., Any]:
+    async def method(self: _Faulty, *args: Any) -> Any:
+        return await self._run_async(name, *args)
 
-    async def claim(self: _Faulty, task_id: str, agent: str, request: ClaimRequest) -> Task:
-        result: Task = await self._run_async("claim", task_id, agent, request)
-        return result
-
-    async def renew(self: _Faulty, task_id: str, token: str, request: ClaimRequest) -> Task:
-        result: Task = await self._run_async("renew", task_id, token, request)
-        return result
-
-    async def release(self: _Faulty, task_id: str, token: str) -> None:
-        await self._run_async("release", task_id, token)
-
-    async def complete(self: _Faulty, task_id: str, token: str) -> None:
-        await self._run_async("complete", task_id, token)
-
-    async def fail(self: _Faulty, task_id: str, token: str) -> None:
-        await self._run_async("fail", task_id, token)
-
-    return locals()
+    method.__name__ = method.__qualname__ = name
+    return method
 
 
-def _classes(flavour: str, methods: dict[str, Callable[..., Any]]) -> tuple[type[_Faulty], ...]:
-    core = {name: methods[name] for name in ("list_tasks", "claim", "release", "complete")}
-    return tuple(
-        type(f"Faulty{flavour}Board{suffix}", (_Faulty,), {**core, **extra})
-        for suffix, extra in (
-            ("", {}),
-            ("WithRenew", {"renew": methods["renew"]}),
-            ("WithFail", {"fail": methods["fail"]}),
-            ("WithRenewAndFail", {"renew": methods["renew"], "fail": methods["fail"]}),
-        )
-    )
-
-
-_SYNC = _classes("", _sync_methods())
-_ASYNC = _classes("Async", _async_methods())
+_SYNC = wrapper_classes("FaultyBoard", _Faulty, _sync_method)
+_ASYNC = wrapper_classes("FaultyAsyncBoard", _Faulty, _async_method)
 
 
 def inject_faults(
@@ -248,7 +203,7 @@ def inject_faults(
     if not methods <= set(BOARD_METHODS):
         unknown = sorted(methods - set(BOARD_METHODS))
         raise ValueError(f"inject_faults: {unknown} are not Board methods ({BOARD_METHODS})")
-    cls = shaped(board, *(_ASYNC if is_async_board(board) else _SYNC))
+    cls = shaped(board, _ASYNC if is_async_board(board) else _SYNC)
     wrapper = cls(board, rate, seed, kinds, latency.total_seconds(), methods)
     assert isinstance(wrapper, Board)
     return wrapper
