@@ -7,6 +7,8 @@ from taskboard.model._calls import (
     Op,
     Outcome,
     Step,
+    When,
+    Window,
     describe_task,
     format_duration,
 )
@@ -39,6 +41,8 @@ __all__ = [
     "Operation",
     "Outcome",
     "Step",
+    "When",
+    "Window",
     "check_history",
     "describe_task",
     "format_duration",

@@ -27,6 +27,8 @@ __all__ = [
     "Op",
     "Outcome",
     "Step",
+    "When",
+    "Window",
     "describe_task",
     "format_duration",
     "is_infrastructure_fault",
@@ -185,6 +187,51 @@ class Allowed:
 
 
 @dataclass(frozen=True)
+class Window:
+    """When a call took effect, as far as a wall-clock observer can tell (SPEC 7).
+
+    The machine reads its clock right before a call (``a``) and right after it returns
+    (``b``); the board's clock may be ``skew`` away from the machine's, so the call took
+    effect at one instant of ``[a - skew, b + skew]``.
+
+    Raises:
+        TypeError: a bound is not an aware datetime.
+        ValueError: ``earliest`` is after ``latest``.
+    """
+
+    earliest: datetime
+    latest: datetime
+
+    def __post_init__(self) -> None:
+        for name in ("earliest", "latest"):
+            value = getattr(self, name)
+            if not isinstance(value, datetime) or value.utcoffset() is None:
+                raise TypeError(f"Window.{name} must be an aware datetime, got {value!r}")
+        if self.earliest > self.latest:
+            raise ValueError(
+                f"Window.earliest ({self.earliest.isoformat()}) is after "
+                f"Window.latest ({self.latest.isoformat()})"
+            )
+
+    @classmethod
+    def around(cls, before: datetime, after: datetime, skew: timedelta) -> Window:
+        """The window of a call made between ``before`` and ``after``, widened by ``skew``."""
+        return cls(before - skew, after + skew)
+
+    @property
+    def width(self) -> timedelta:
+        """How long the window is."""
+        return self.latest - self.earliest
+
+    def __str__(self) -> str:
+        return f"[{self.earliest.isoformat()} .. {self.latest.isoformat()}]"
+
+
+#: When the model judges a call: an instant (manual clock) or a window (wall clock, SPEC 7).
+When = datetime | Window
+
+
+@dataclass(frozen=True)
 class Step:
     """One step of a run: a board call with its outcome, or a move of the clock.
 
@@ -194,7 +241,8 @@ class Step:
     the call's token came from, so the step can be replayed against another
     board, which mints other tokens: ``"L3"`` (the third lease a claim
     returned), ``"L3:one char longer"`` (a forgery of it), or ``"=text"`` (a
-    literal token no claim returned).
+    literal token no claim returned). ``window`` is the call's window in wall-clock mode
+    (SPEC 7), ``None`` on a manual clock.
     """
 
     index: int
@@ -205,3 +253,4 @@ class Step:
     advance: timedelta | None = None
     note: str = ""
     token_ref: str = ""
+    window: Window | None = None

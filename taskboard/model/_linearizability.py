@@ -13,10 +13,18 @@ invoked no later than the earliest response among the operations still to
 place), and never visits the same (set of linearized operations, model state)
 twice. The stack is explicit, so 10,000 operations need no recursion limit.
 
-The clock does not move during the concurrent part, so every call is judged at
-one ``now``. The model's own nondeterminism needs no branching here:
-:meth:`BoardModel.advance` adopts the tokens and fences the board minted and
-accepts both answers of SPEC 3.4.
+On a manual clock, time does not move during the concurrent part, so every call
+is judged at one ``now``. On the wall clock (SPEC 7), each operation carries the
+:class:`~taskboard.model.Window` it took effect in, and the history is *timed
+linearizable* when some order as above also gives every operation an instant
+inside its window, with instants non-decreasing along the order. The model keeps
+the earliest instant its last call may have taken effect at (its ``floor``) and
+judges each call on its window from there; since a call's outcome depends on time
+only through its task's lease, the earliest instant that allows it is always the
+best choice, and the search needs no branching on instants either.
+
+The model's own nondeterminism needs no branching here: :meth:`BoardModel.advance`
+adopts the tokens and fences the board minted and accepts both answers of SPEC 3.4.
 
 **Ambiguous operations.** An operation whose call raised an infrastructure error
 (``outcome=None``) may or may not have taken effect; as Knossos does with
@@ -34,7 +42,11 @@ succeeded. A claim or renew returns a task nobody saw, so:
   token nobody has (so later claims see ``TakenError``), and a renew is only
   skipped (its effect is invisible, see above).
 
-Ambiguous operations alone therefore never make a history fail.
+Ambiguous operations alone therefore never make a history fail on a manual
+clock. On the wall clock a lease can expire during the concurrent part, so an
+applied ambiguous claim may have been taken over before the final snapshot; it is
+then only skipped, which can reject a history in which it held the task for a
+while (only with infrastructure faults, in parallel mode on the wall clock).
 
 **Partitions.** Tasks only interact through dependencies (a claim checks the
 state of its dependencies), so the history splits into the connected components
@@ -64,7 +76,7 @@ from typing import Literal, TypeAlias
 import networkx as nx
 
 from taskboard._contract import Lease, State, Task
-from taskboard.model._calls import Call, Op, Outcome
+from taskboard.model._calls import Call, Op, Outcome, Window
 from taskboard.model._model import BoardModel, ContractViolation, applied_outcome
 
 __all__ = ["LinearizabilityResult", "LinearizabilityVerdict", "Operation", "check_history"]
@@ -80,7 +92,8 @@ class Operation:
     ``outcome`` is ``None`` when the call ended in an infrastructure error, so
     it may or may not have taken effect (an *ambiguous* operation); its
     ``returned`` is then ignored and taken as ``math.inf``. Times are seconds
-    on one monotonic clock.
+    on one monotonic clock. ``window`` is when the call took effect on the wall
+    clock (SPEC 7); ``None`` judges it at :func:`check_history`'s ``now``.
     """
 
     id: int
@@ -89,6 +102,7 @@ class Operation:
     outcome: Outcome | None
     invoked: float
     returned: float = math.inf
+    window: Window | None = None
 
     @property
     def ambiguous(self) -> bool:
@@ -135,6 +149,9 @@ def check_history(
     partition: bool = True,
 ) -> LinearizabilityResult:
     """Decide whether ``history`` is linearizable, starting from ``model`` at a fixed ``now``.
+
+    An operation with a ``window`` is judged on it instead of at ``now`` (timed
+    linearizability, SPEC 7).
 
     ``model`` is the board before the concurrent part. With ``final_snapshot``
     (a ``list_tasks()`` read after every thread finished), an order only counts
@@ -271,7 +288,7 @@ class _Search:
         root = self._frame(0, self.model, None, 0, 0, 0)
         if self._accepts(root):
             return LinearizabilityResult("linearizable", (), explored=1)
-        visited = {(0, self.model.records)}
+        visited = {(0, self.model.records, self.model.floor)}
         stack = [root]
         explored = 1
         ops, done, now = self.ops, self.done, self.now
@@ -295,11 +312,11 @@ class _Search:
                 if outcome is None:
                     continue
             try:
-                model = frame.model.advance(op.call, now, outcome)
+                model = frame.model.advance(op.call, op.window or now, outcome)
             except ContractViolation:
                 continue
             mask = frame.mask | (1 << i)
-            key = (mask, model.records)
+            key = (mask, model.records, model.floor)
             if key in visited:
                 continue
             visited.add(key)
@@ -384,7 +401,7 @@ class _Search:
                 break
             assert op.outcome is not None
             try:
-                best.model.advance(op.call, self.now, op.outcome)
+                best.model.advance(op.call, op.window or self.now, op.outcome)
             except ContractViolation as violation:
                 stuck.append(op.id)
                 reasons.append(str(violation))
@@ -411,6 +428,8 @@ def _placeholder_claim(op: Operation, model: BoardModel, now: datetime) -> Outco
     if task.lease is not None:
         fences.append(task.lease.fence)
     ttl = op.call.ttl
+    if op.window is not None:
+        now = op.window.earliest
     lease = Lease(
         f"<token of ambiguous operation {op.id}>",
         max(fences, default=0) + 1,
@@ -436,6 +455,8 @@ def _validate(ops: Sequence[Operation]) -> None:
         seen.add(op.id)
         if math.isnan(op.invoked) or math.isinf(op.invoked):
             raise ValueError(f"operation {op.id} has invocation time {op.invoked!r}")
+        if op.window is not None and not isinstance(op.window, Window):
+            raise TypeError(f"operation {op.id} has window {op.window!r}, not a Window")
         if op.outcome is not None and not op.invoked <= op.returned < math.inf:
             raise ValueError(
                 f"operation {op.id} returned at {op.returned!r}, not after its invocation "

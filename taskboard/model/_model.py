@@ -1,7 +1,8 @@
 """The reference model: SPEC section 3 in code, pure and deterministic.
 
-The model never calls a board and owns no clock: every judgement takes ``now``
-explicitly. For each call it says which outcomes the contract allows
+The model never calls a board and owns no clock: every judgement takes its time
+explicitly, an instant ``now`` on a manual clock or a :class:`Window` on the wall
+clock (SPEC 7). For each call it says which outcomes the contract allows
 (:meth:`BoardModel.expect`), then advances on what the board actually did
 (:meth:`BoardModel.advance`), rejecting what was not allowed. Tokens and fences
 are minted by the board, so the model checks their properties (fresh token,
@@ -15,11 +16,21 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from taskboard._clock import as_utc
 from taskboard._contract import Lease, State, Task
-from taskboard.model._calls import Allowed, Call, Op, Outcome, Step, describe_task, format_duration
+from taskboard.model._calls import (
+    Allowed,
+    Call,
+    Op,
+    Outcome,
+    Step,
+    When,
+    Window,
+    describe_task,
+    format_duration,
+)
 
 __all__ = [
     "EXPIRED_LEASE_POLICIES",
@@ -67,6 +78,8 @@ class ContractViolation(AssertionError):
     trace: tuple[Step, ...] = ()
     #: The JSON trace file written for this failure, if one was.
     trace_file: str | None = None
+    #: The run as a ``taskboard.stateful.Trace``, kept by the machine in case it does not recur.
+    recording: Any = None
 
     def __init__(self, clause: str, expected: str, observed: str) -> None:
         self.clause = clause
@@ -133,12 +146,20 @@ class BoardModel:
     Immutable: :meth:`advance` and :meth:`reconcile` return a new model, so a
     checker can branch on it. ``resolution`` is the host's clock resolution: an
     ``until`` that differs from the exact ``now + ttl`` by less than it is accepted.
+
+    Time: each call is judged at an instant (a manual clock) or on a :class:`Window`
+    (the wall clock, SPEC 7). On a window, an outcome is allowed iff some instant of the
+    window, not before ``floor``, allows it; the model then goes on from the earliest
+    such instant, which becomes the new ``floor``, so effect instants never go backwards.
     """
 
     records: tuple[_Record, ...]
     issued: tuple[IssuedLease, ...] = ()
     policy: ExpiredLeasePolicy = "either"
     resolution: timedelta = timedelta(microseconds=1)
+    #: The earliest instant the last call judged on a window may have taken effect: the
+    #: next call takes effect no earlier (SPEC 7). ``None`` before any such call.
+    floor: datetime | None = None
 
     @classmethod
     def start(
@@ -210,8 +231,50 @@ class BoardModel:
 
     # -- judging -------------------------------------------------------------------------------
 
-    def expect(self, call: Call, now: datetime) -> tuple[Allowed, ...]:
-        """Every outcome the contract allows for ``call`` at ``now`` (two only under SPEC 3.4)."""
+    def expect(self, call: Call, when: When) -> tuple[Allowed, ...]:
+        """Every outcome the contract allows for ``call`` at ``when``.
+
+        At an instant there are two only under SPEC 3.4. On a window (SPEC 7), every
+        outcome some instant of it allows: both sides of a lease's ``until`` when the
+        window straddles it; none when the window ends before :attr:`floor`.
+        """
+        if isinstance(when, Window):
+            return self._expect_in(call, when)
+        return self._expect_at(call, when)
+
+    def instants(self, call: Call, window: Window) -> tuple[datetime, ...]:
+        """Where ``call``'s allowed outcomes change inside ``window`` (SPEC 7).
+
+        The earliest instant it may take effect at (the window's start, or :attr:`floor`
+        if later), then the task's lease's ``until`` when the window straddles it. The
+        outcome of a call depends on time only through that one lease, so every instant
+        of the window allows what one of these allows. Empty when the window ends
+        before :attr:`floor`.
+        """
+        earliest = window.earliest if self.floor is None else max(window.earliest, self.floor)
+        if earliest > window.latest:
+            return ()
+        task = self.task(call.task_id)
+        if task is not None and task.state is State.CLAIMED and task.lease is not None:
+            until = task.lease.until
+            if until is not None and earliest < _utc(until) <= window.latest:
+                return (earliest, _utc(until))
+        return (earliest,)
+
+    def _expect_in(self, call: Call, window: Window) -> tuple[Allowed, ...]:
+        instants = self.instants(call, window)
+        if len(instants) == 1:
+            return self._expect_at(call, instants[0])
+        found: dict[str | None, Allowed] = {}
+        sides = ("if it took effect before until", "if it took effect at or after until")
+        for instant, side in zip(instants, sides, strict=False):
+            for allowed in self._expect_at(call, instant):
+                if allowed.error not in found:
+                    reason = f"{allowed.reason} ({side}: the call's window straddles it)"
+                    found[allowed.error] = dataclasses.replace(allowed, reason=reason)
+        return tuple(found.values())
+
+    def _expect_at(self, call: Call, now: datetime) -> tuple[Allowed, ...]:
         task = self.task(call.task_id)
         if task is None:
             return (
@@ -283,17 +346,51 @@ class BoardModel:
 
     # -- advancing -----------------------------------------------------------------------------
 
-    def advance(self, call: Call, now: datetime, outcome: Outcome) -> BoardModel:
-        """Follow what the board did with ``call`` at ``now``.
+    def advance(self, call: Call, when: When, outcome: Outcome) -> BoardModel:
+        """Follow what the board did with ``call`` at ``when``.
 
-        Returns the model after the outcome. A rejected call leaves it unchanged.
+        Returns the model after the outcome. A rejected call leaves it unchanged. On
+        a window (SPEC 7) the call takes effect at the earliest instant that allows
+        the outcome, which becomes :attr:`floor`; a claim's or renew's ``until`` must
+        then lie one ttl after some instant of the window, widened by ``resolution``.
 
         Raises:
             ContractViolation: the outcome is not among :meth:`expect`'s, or a
                 successful result breaks a rule (stale token, fence not greater,
                 wrong ``until``, seq not grown, ...).
         """
-        allowed = self.expect(call, now)
+        if isinstance(when, Window):
+            return self._advance_in(call, when, outcome)
+        return self._advance_at(call, when, outcome)
+
+    def _advance_in(self, call: Call, window: Window, outcome: Outcome) -> BoardModel:
+        instants = self.instants(call, window)
+        if not instants:
+            assert self.floor is not None
+            raise ContractViolation(
+                "SPEC 7",
+                f"{call.op} to take effect inside its window {window}, and no earlier than "
+                f"the call before it ({self.floor.isoformat()})",
+                f"{outcome}, but its window ends before that",
+            )
+        rule_broken: ContractViolation | None = None
+        for instant in instants:
+            if not any(a.error == outcome.error for a in self._expect_at(call, instant)):
+                continue
+            try:
+                model = self._advance_at(call, instant, outcome, window)
+            except ContractViolation as violation:
+                rule_broken = rule_broken or violation
+                continue
+            return dataclasses.replace(model, floor=instant)
+        if rule_broken is not None:
+            raise rule_broken
+        raise _unexpected(self._expect_in(call, window), outcome)
+
+    def _advance_at(
+        self, call: Call, now: datetime, outcome: Outcome, window: Window | None = None
+    ) -> BoardModel:
+        allowed = self._expect_at(call, now)
         if not outcome.ok:
             if any(a.error == outcome.error for a in allowed):
                 return self._settled()
@@ -304,16 +401,22 @@ class BoardModel:
         record = self._record(call.task_id)
         assert record is not None
         if call.op is Op.CLAIM:
-            return self._after_claim(record, call, now, outcome, success.clause)
+            return self._after_claim(record, call, now, outcome, success.clause, window)
         if call.op is Op.RENEW:
-            return self._after_renew(record, call, now, outcome)
+            return self._after_renew(record, call, now, outcome, window)
         task = dataclasses.replace(record.task, state=_AFTER[call.op], owner="", lease=None)
         return self._settled(
             dataclasses.replace(record, task=task, seq_rule="grow", pending=call.op)
         )
 
     def _after_claim(
-        self, record: _Record, call: Call, now: datetime, outcome: Outcome, clause: str
+        self,
+        record: _Record,
+        call: Call,
+        now: datetime,
+        outcome: Outcome,
+        clause: str,
+        window: Window | None,
     ) -> BoardModel:
         got = _returned_task(outcome, call, clause)
         old = record.task
@@ -360,7 +463,7 @@ class BoardModel:
                 f"(highest so far: {record.max_fence}), across releases and takeovers",
                 f"returned fence {fence}",
             )
-        until = self._check_until(lease.until, now, call.ttl, clause)
+        until = self._check_until(lease.until, now, call.ttl, clause, window)
         self._check_unchanged_fields(old, got, clause)
         self._check_seq_grew(old, got, clause)
         task = dataclasses.replace(got, deps=old.deps, lease=Lease(token, fence, until))
@@ -369,7 +472,7 @@ class BoardModel:
         return dataclasses.replace(self._settled(new_record), issued=issued)
 
     def _after_renew(
-        self, record: _Record, call: Call, now: datetime, outcome: Outcome
+        self, record: _Record, call: Call, now: datetime, outcome: Outcome, window: Window | None
     ) -> BoardModel:
         clause = _CLAUSE[Op.RENEW]
         got = _returned_task(outcome, call, clause)
@@ -398,7 +501,7 @@ class BoardModel:
             f"the same fence ({old.lease.fence}): renew is no takeover",
             f"returned fence {got.lease.fence!r}",
         )
-        until = self._check_until(got.lease.until, now, call.ttl, clause)
+        until = self._check_until(got.lease.until, now, call.ttl, clause, window)
         self._check_unchanged_fields(old, got, clause)
         self._check_seq_grew(old, got, clause)
         task = dataclasses.replace(
@@ -409,7 +512,12 @@ class BoardModel:
         )
 
     def _check_until(
-        self, until: datetime | None, now: datetime, ttl: timedelta, clause: str
+        self,
+        until: datetime | None,
+        now: datetime,
+        ttl: timedelta,
+        clause: str,
+        window: Window | None,
     ) -> datetime | None:
         if ttl == timedelta(0):
             _require(
@@ -419,6 +527,8 @@ class BoardModel:
                 f"returned until={until!r}",
             )
             return None
+        if window is not None:
+            return self._check_until_in(until, ttl, clause, window)
         expected = now + ttl
         if not isinstance(until, datetime):
             raise ContractViolation(
@@ -436,6 +546,33 @@ class BoardModel:
                 f"off by {format_duration(_utc(until) - expected)}",
             )
         return expected
+
+    def _check_until_in(
+        self, until: datetime | None, ttl: timedelta, clause: str, window: Window
+    ) -> datetime:
+        # SPEC 7: the board's clock is unknown within the window, so its until is adopted
+        # as long as it is one ttl after some instant of the window (widened by the
+        # resolution the store keeps time in).
+        earliest = window.earliest - self.resolution + ttl
+        latest = window.latest + self.resolution + ttl
+        expected = (
+            f"until = the board's now + ttl, for a now inside the call's window (SPEC 2 and 7): "
+            f"between {earliest.isoformat()} and {latest.isoformat()}, the window "
+            f"{format_duration(window.width)} wide widened by the clock resolution "
+            f"{format_duration(self.resolution)} on each side"
+        )
+        if not isinstance(until, datetime):
+            raise ContractViolation(clause, expected, f"returned until={until!r}")
+        got = _utc(until)
+        if not earliest <= got <= latest:
+            off = got - earliest if got < earliest else got - latest
+            raise ContractViolation(
+                clause,
+                expected,
+                f"returned until={got.isoformat()}, {format_duration(abs(off))} "
+                + ("too early" if got < earliest else "too late"),
+            )
+        return got
 
     @staticmethod
     def _check_unchanged_fields(old: Task, got: Task, clause: str) -> None:
@@ -519,10 +656,11 @@ class BoardModel:
         return dataclasses.replace(self, records=tuple(records))
 
     def settle(
-        self, call: Call, now: datetime, snapshot: Sequence[Task]
+        self, call: Call, now: When, snapshot: Sequence[Task]
     ) -> tuple[BoardModel, Outcome | None]:
-        """After ``call`` at ``now`` met an infrastructure fault, so that whether it took
-        effect is unknown: the model that ``snapshot`` shows, the call left out or applied.
+        """After ``call`` at ``now`` (an instant or a window) met an infrastructure fault,
+        so that whether it took effect is unknown: the model that ``snapshot`` shows, the
+        call left out or applied.
 
         Returns the reconciled model and, when the call took effect, what it returned
         (the lease a claim or renew left in the snapshot; ``None`` when it did not).
