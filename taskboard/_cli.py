@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from taskboard._check import check
-from taskboard._clock import as_utc
+from taskboard._clock import CLOCK_MODES, as_utc
 from taskboard._contract import Lease, Task
 from taskboard._fuzz import (
     DEFAULT_TARGET,
@@ -133,6 +133,20 @@ def _parser() -> argparse.ArgumentParser:
         help="fuzz through infrastructure faults: after one, accept the snapshot with or "
         "without the failed call applied, and go on",
     )
+    fuzz_cmd.add_argument(
+        "--clock",
+        choices=CLOCK_MODES,
+        help="where the board's time comes from: 'manual', a clock the checker moves (exact "
+        "boundaries), or 'wall', real time, for a board that keeps time on its own server "
+        "(default: the machine's clock_mode, manual)",
+    )
+    fuzz_cmd.add_argument(
+        "--clock-skew",
+        type=float,
+        metavar="MS",
+        help="in wall mode, how far the board's clock may be from this machine's, in "
+        "milliseconds (default: the machine's clock_skew, 1 ms)",
+    )
     fuzz_cmd.add_argument("--quiet", action="store_true", help="no live progress line")
 
     replay_cmd = commands.add_parser(
@@ -203,8 +217,12 @@ def _fuzz(args: argparse.Namespace) -> int:
         parallel=args.parallel,
         call_timeout=args.call_timeout,
         tolerate_faults=args.tolerate_faults,
+        clock=args.clock,
+        clock_skew=args.clock_skew,
         on_start=lambda: print(
-            f"taskboard fuzz: {args.target}, budget {args.budget}, {crew}", file=sys.stderr
+            f"taskboard fuzz: {args.target}, budget {args.budget}, {crew}"
+            + (", wall clock" if args.clock == "wall" else ""),
+            file=sys.stderr,
         ),
     )
     print(_summary(report))

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["CLOCK_MODES", "Clock", "ClockMode", "ManualClock", "SystemClock"]
+
+#: SPEC 7: where a board's time comes from while it is checked. ``"manual"``: a
+#: :class:`ManualClock` that only the checker moves; ``"wall"``: real time, which the
+#: board may read from its own server.
+ClockMode = Literal["manual", "wall"]
+#: The two :data:`ClockMode` values, for checking one read at run time.
+CLOCK_MODES: tuple[str, ...] = get_args(ClockMode)
 
 #: Where a :class:`ManualClock` starts when given no start: a fixed instant, so runs repeat.
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -27,6 +27,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
+from taskboard._clock import CLOCK_MODES
 from taskboard._profiles import NIGHTLY, register_profiles
 from taskboard.model import ContractViolation, violations_in
 from taskboard.model._model import errors_in
@@ -34,7 +35,7 @@ from taskboard.stateful._machine import (
     _LISTENERS,
     BoardMachine,
     InfrastructureFault,
-    hangs_reported,
+    failures_reported,
 )
 from taskboard.stateful._parallel import run_parallel_state_machine
 
@@ -55,7 +56,14 @@ DEFAULT_TARGET = "taskboard.hosts.sqlite:SQLiteBoard"
 #: Examples per Hypothesis run; the budget is checked between runs.
 _BATCH = 50
 #: Class attributes a fuzzing run sets on the machine for its duration, then restores.
-_PATCHED = ("trace_dir", "_hypothesis_internal_use_seed", "call_timeout", "tolerate_faults")
+_PATCHED = (
+    "trace_dir",
+    "_hypothesis_internal_use_seed",
+    "call_timeout",
+    "tolerate_faults",
+    "clock_mode",
+    "clock_skew",
+)
 
 
 class UsageError(Exception):
@@ -234,7 +242,7 @@ def _run_batches(
                     hypothesis_seed(seed + batch_index)(machine)
                 batch_index += 1
                 try:
-                    with hangs_reported():
+                    with failures_reported(machine):
                         runner(machine, settings=settings(base, max_examples=batch))
                 except InfrastructureFault as fault:
                     report.failure, report.fault = str(fault), True
@@ -338,6 +346,8 @@ def fuzz(
     parallel: bool = False,
     call_timeout: float | None = None,
     tolerate_faults: bool = False,
+    clock: str | None = None,
+    clock_skew: float | None = None,
     on_start: Callable[[], None] | None = None,
 ) -> FuzzReport:
     """Fuzz ``target`` until the budget (seconds) or ``max_examples`` runs out, or a failure.
@@ -348,7 +358,9 @@ def fuzz(
     ``parallel``, it runs the parallel mode (threads at once, checked for linearizability).
     ``call_timeout`` (seconds; 0: no limit) and ``tolerate_faults`` override the
     machine's own settings (``None`` and ``False`` keep them); an infrastructure
-    fault also stops the run, with ``report.fault`` set.
+    fault also stops the run, with ``report.fault`` set. ``clock`` (``"manual"`` or
+    ``"wall"``, SPEC 7) and ``clock_skew`` (milliseconds) override the machine's
+    ``clock_mode`` and ``clock_skew`` likewise.
     ``on_start`` is called once the options have been checked, before anything runs.
 
     Raises:
@@ -362,6 +374,16 @@ def fuzz(
         overrides["call_timeout"] = timedelta(seconds=call_timeout) if call_timeout else None
     if tolerate_faults:
         overrides["tolerate_faults"] = True
+    if clock is not None:
+        if clock not in CLOCK_MODES:
+            raise UsageError(f"--clock must be 'manual' or 'wall', got {clock!r}")
+        overrides["clock_mode"] = clock
+    if clock_skew is not None:
+        if not 0 <= clock_skew < 3_600_000:
+            raise UsageError(
+                f"--clock-skew must be a number of milliseconds >= 0, got {clock_skew}"
+            )
+        overrides["clock_skew"] = timedelta(milliseconds=clock_skew)
     if on_start is not None:  # after the options are known good: a mistake stays one line
         on_start()
     started = time.monotonic()

@@ -21,7 +21,14 @@ from taskboard._fuzz import UsageError, machine_for_target, parse_budget
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.model import Call, Op, Outcome, Step
-from taskboard.stateful import TRACE_DIR_ENV, BoardMachine, Trace, load_trace, trace_to_json
+from taskboard.stateful import (
+    SCHEMA_VERSION,
+    TRACE_DIR_ENV,
+    BoardMachine,
+    Trace,
+    load_trace,
+    trace_to_json,
+)
 
 #: Caught within a few hundred examples: a lease is still live at exactly its until.
 MUTANT = "taskboard.hosts.mutants:OffByOneExpiry"
@@ -54,7 +61,7 @@ def summary(result: subprocess.CompletedProcess[str]) -> re.Match[str]:
     return match
 
 
-def minimal_trace_json(version: int = 1) -> str:
+def minimal_trace_json(version: int = SCHEMA_VERSION) -> str:
     """A small valid trace file's text: one claim on MemoryBoard."""
     start = datetime(2026, 1, 1, tzinfo=UTC)
     step = Step(
@@ -64,7 +71,7 @@ def minimal_trace_json(version: int = 1) -> str:
         Outcome(error="NotFoundError"),
     )
     trace = Trace(start, timedelta(milliseconds=1), "either", (Task("t1"),), (step,), target=MEMORY)
-    return trace_to_json(trace).replace('"version": 1,', f'"version": {version},')
+    return trace_to_json(trace).replace(f'"version": {SCHEMA_VERSION},', f'"version": {version},')
 
 
 # -- help ------------------------------------------------------------------------------------------
@@ -349,8 +356,8 @@ SNAPSHOT_TASK = '{"tasks": [TASK]}'
         ),
         pytest.param(
             ["replay", "t.json"],
-            {"t.json": minimal_trace_json(version=2)},
-            "trace schema version 2 is newer than this taskboard reads",
+            {"t.json": minimal_trace_json(version=SCHEMA_VERSION + 1)},
+            f"trace schema version {SCHEMA_VERSION + 1} is newer than this taskboard reads",
             id="newer-trace",
         ),
         pytest.param(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, ClassVar
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskboard._clock import ManualClock, as_utc
+from taskboard._clock import Clock, ClockMode, ManualClock, SystemClock, as_utc
 from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard, State, Task
 from taskboard._criteria import concurrent_claim, duplicate_token_submit
 from taskboard._driver import Driver, close_driven, make_driven
@@ -24,7 +24,12 @@ from taskboard._errors import (
 )
 from taskboard.model import ExpiredLeasePolicy
 from taskboard.stateful import BoardMachine, run_parallel_state_machine
-from taskboard.stateful._machine import grid_start, hangs_reported
+from taskboard.stateful._machine import (
+    failures_reported,
+    grid_start,
+    sleep_until,
+    wall_ttl_unit,
+)
 
 __all__ = ["BoardContract"]
 
@@ -52,8 +57,11 @@ class BoardContract:
 
     Class attributes to set:
 
-    * ``clock_resolution``, ``expired_lease_policy`` and ``call_timeout``: as on
-      ``BoardMachine``.
+    * ``clock_resolution``, ``clock_mode``, ``clock_skew``, ``expired_lease_policy``
+      and ``call_timeout``: as on ``BoardMachine``. With ``clock_mode = "wall"``
+      (SPEC 7) the boards get a :class:`~taskboard.SystemClock`, the example tests'
+      tick is the machine's wall-clock TTL unit, and their ``clock.advance(delta)``
+      sleeps (at most :data:`WALL_LONGEST_SLEEP` ticks) to just past the target.
     * ``machine_settings``: Hypothesis settings for the state-machine run;
       ``None`` (default) follows the loaded profile, so ``--hypothesis-profile``
       or ``settings.load_profile`` set the depth.
@@ -65,6 +73,8 @@ class BoardContract:
     """
 
     clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
+    clock_mode: ClassVar[ClockMode] = BoardMachine.clock_mode
+    clock_skew: ClassVar[timedelta] = BoardMachine.clock_skew
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
     call_timeout: ClassVar[timedelta | None] = BoardMachine.call_timeout
     machine_settings: ClassVar[settings | None] = None
@@ -74,7 +84,7 @@ class BoardContract:
 
     # -- hooks -------------------------------------------------------------------------------
 
-    def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Any:
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Any:
         """Return a fresh, isolated Board holding ``tasks`` that reads time only from ``clock``.
 
         May be ``async def``, and the board's methods may be coroutines.
@@ -94,7 +104,9 @@ class BoardContract:
 
     @pytest.fixture
     def clock(self) -> ManualClock:
-        """A manual clock on the resolution grid."""
+        """A manual clock on the resolution grid; in wall mode, one that sleeps to move."""
+        if self.clock_mode == "wall":
+            return _SleepingClock(self.tick, self.clock_skew + self.clock_resolution)
         return ManualClock(grid_start(self.tick))
 
     @pytest.fixture
@@ -126,7 +138,9 @@ class BoardContract:
 
     @property
     def tick(self) -> timedelta:
-        """One unit of the host's clock resolution."""
+        """One unit of the host's clock resolution; in wall mode, the machine's TTL unit."""
+        if self.clock_mode == "wall":
+            return wall_ttl_unit(self.clock_resolution, self.clock_skew)
         return self.clock_resolution
 
     # -- helpers -------------------------------------------------------------------------------
@@ -523,6 +537,8 @@ class BoardContract:
             self.make_board,
             close=self.close_board,
             clock_resolution=self.clock_resolution,
+            clock_mode=self.clock_mode,
+            clock_skew=self.clock_skew,
             expired_lease_policy=self.expired_lease_policy,
             call_timeout=self.call_timeout,
         )
@@ -534,7 +550,7 @@ class BoardContract:
         machine = self._machine_class("Machine")
         chosen = self.machine_settings or settings()
         phases = tuple(p for p in chosen.phases if p is not Phase.explain)
-        with hangs_reported():
+        with failures_reported(machine):
             run_state_machine_as_test(machine, settings=settings(chosen, phases=phases))
 
     def test_parallel_histories_are_linearizable(self) -> None:
@@ -560,3 +576,37 @@ class BoardContract:
             board = open_board(Task("race"))
             successes = duplicate_token_submit(board, "race", self.criteria_participants)
             assert successes == 1, f"round {round_ + 1}: {successes} completes with one token"
+
+
+#: In wall mode, the longest an example test's ``clock.advance`` sleeps, in ticks.
+WALL_LONGEST_SLEEP = 10
+
+
+class _SleepingClock(ManualClock):
+    """The wall clock for the example tests in wall mode (SPEC 7): moving it sleeps.
+
+    ``advance(delta)`` sleeps ``delta`` (at most :data:`WALL_LONGEST_SLEEP` ticks: "however
+    long we wait" need not be days) and then ``landing`` more, the skew and resolution
+    past the target, so that "at until" lands after the board's until, not on it.
+    """
+
+    def __init__(self, tick: timedelta, landing: timedelta) -> None:
+        super().__init__(SystemClock().now())
+        self._tick = tick
+        self._landing = landing
+        self._wall: Clock = SystemClock()
+
+    def now(self) -> datetime:
+        return self._wall.now()
+
+    def advance(self, delta: timedelta) -> datetime:
+        target = self.now() + min(delta, WALL_LONGEST_SLEEP * self._tick) + self._landing
+        sleep_until(self._wall, target)
+        return self.now()
+
+    def set(self, when: datetime) -> datetime:
+        sleep_until(self._wall, when + self._landing)
+        return self.now()
+
+    def __repr__(self) -> str:
+        return "SystemClock()"

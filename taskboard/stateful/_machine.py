@@ -6,7 +6,8 @@ import dataclasses
 import functools
 import inspect
 import os
-from collections import Counter
+import time
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import networkx as nx
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
-from hypothesis.errors import InvalidArgument
+from hypothesis.errors import Flaky, InvalidArgument
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
@@ -30,7 +31,7 @@ from hypothesis.strategies import SearchStrategy
 from hypothesis.strategies._internal.featureflags import FeatureFlags, FeatureStrategy
 
 from taskboard._check import check
-from taskboard._clock import ManualClock, as_utc
+from taskboard._clock import CLOCK_MODES, Clock, ClockMode, ManualClock, SystemClock, as_utc
 from taskboard._contract import Board, FailingBoard, RenewingBoard, State, Task
 from taskboard._driver import CallTimeoutError, Driver, close_driven, make_driven
 from taskboard._errors import BoardError
@@ -42,11 +43,14 @@ from taskboard.model import (
     Op,
     Outcome,
     Step,
+    When,
+    Window,
     format_duration,
     is_live,
+    violations_in,
 )
 from taskboard.model._calls import is_infrastructure_fault
-from taskboard.model._model import EXPIRED_LEASE_POLICIES
+from taskboard.model._model import EXPIRED_LEASE_POLICIES, errors_in
 from taskboard.stateful._trace import FORGERIES, forge, render_step, token_ref
 from taskboard.stateful._tracefile import TRACE_DIR_ENV, Trace, Verdict, write_trace
 
@@ -79,6 +83,30 @@ TOKEN_OPS = ("release", "complete", "renew", "fail")
 WRONG_TOKENS = ("another task's", *FORGERIES)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _START = datetime(2026, 1, 1, tzinfo=UTC)
+
+#: On the wall clock, room for a call's own latency in a TTL unit, beyond twice the skew: a
+#: lease of one unit is still live, for certain, for the call right after its claim.
+WALL_LATENCY_ROOM = timedelta(milliseconds=3)
+#: On the wall clock, ``at_expiry`` waits for leases that end within this many TTL units; a
+#: longer lease outlives the example, as a lease of 10,000 ticks does on a manual clock.
+WALL_LONGEST_WAIT = 8
+#: On the wall clock, how far past a lease's ``until`` (beyond the skew and the resolution)
+#: ``at_expiry`` lands, so that the call's window lies wholly after it.
+WALL_LANDING = timedelta(microseconds=200)
+
+
+def wall_ttl_unit(resolution: timedelta, skew: timedelta) -> timedelta:
+    """The TTL unit on the wall clock (SPEC 7): the least multiple of ``resolution`` longer than
+    a call's uncertainty (twice ``skew``, plus :data:`WALL_LATENCY_ROOM` for the call itself),
+    so that a drawn lease is seen live before its ``until`` and expired after it."""
+    span = 2 * skew + WALL_LATENCY_ROOM
+    return max(resolution, -(-span // resolution) * resolution)
+
+
+def sleep_until(clock: Clock, target: datetime) -> None:
+    """Sleep until ``clock`` reads ``target`` or later."""
+    while (left := target - clock.now()) > timedelta(0):
+        time.sleep(left.total_seconds())
 
 
 def grid_start(tick: timedelta) -> datetime:
@@ -175,12 +203,61 @@ def _raise_fault(report: InfrastructureFault) -> NoReturn:
 
 
 @contextmanager
-def hangs_reported() -> Iterator[None]:
-    """Turn a run ended by a hung call back into the :class:`InfrastructureFault` it was."""
+def failures_reported(machine_cls: type[BoardMachine] | None = None) -> Iterator[None]:
+    """Report a run's failure as what it was.
+
+    A run ended by a hung call becomes the :class:`InfrastructureFault` it was. A
+    ``Flaky`` error, raised when Hypothesis's replay of a shrunk failure did not fail
+    again, becomes the violation (or fault) that was seen, with a note that it did not
+    recur and, for ``machine_cls``, its trace file written: never a bare ``Flaky``.
+    """
     try:
         yield
     except _HungRun as hung:
         raise hung.fault from hung.fault.exception
+    except Flaky as flaky:
+        seen = unrepeated_failure(flaky, machine_cls)
+        if seen is None:
+            raise
+        raise seen from None
+
+
+def unrepeated_failure(
+    error: BaseException, machine_cls: type[BoardMachine] | None = None
+) -> ContractViolation | InfrastructureFault | None:
+    """The violation (or else the fault) in ``error``, a ``Flaky`` error, noted as not recurring.
+
+    Its trace file is written now, for ``machine_cls``'s trace directory, since Hypothesis's
+    final replay, which writes it otherwise, did not fail. ``None`` if ``error`` carries
+    neither.
+    """
+    seen: ContractViolation | InfrastructureFault | None = next(iter(violations_in(error)), None)
+    if seen is None:
+        seen = next(iter(errors_in(error, InfrastructureFault)), None)
+    if seen is None or getattr(seen, "_unrepeated", False):
+        return seen
+    wall = machine_cls is not None and machine_cls.clock_mode == "wall"
+    why = (
+        "on the wall clock a replay cannot repeat the timing exactly (SPEC 7)"
+        if wall
+        else "the board behaved differently on the same steps (its own randomness, timing "
+        "or state kept outside the board)"
+    )
+    lines = [
+        str(seen),
+        "",
+        f"note: this did not recur when Hypothesis replayed the shrunk example: {why}. The "
+        "board did what is reported above once; a replay of the trace may or may not show it.",
+    ]
+    recording: Trace | None = getattr(seen, "recording", None)
+    directory = machine_cls.trace_dir_in_use() if machine_cls is not None else None
+    if recording is not None and directory and seen.trace_file is None:
+        path = write_trace(recording, directory)
+        seen.trace_file = str(path)
+        lines.append(f"trace written to {path}; replay it with: taskboard replay {path}")
+    seen.args = ("\n".join(lines),)
+    setattr(seen, "_unrepeated", True)  # noqa: B010
+    return seen
 
 
 def _in_final_replay() -> bool:
@@ -192,7 +269,7 @@ def _in_final_replay() -> bool:
 
 
 def _async_make_board(factory: Callable[..., Any]) -> Callable[..., Any]:
-    async def make_board(self: BoardMachine, tasks: Sequence[Task], clock: ManualClock) -> Any:
+    async def make_board(self: BoardMachine, tasks: Sequence[Task], clock: Clock) -> Any:
         return await factory(tasks, clock)
 
     return make_board
@@ -208,7 +285,7 @@ class _ParallelTestCase:
 
 
 #: Makes a fresh board of the given tasks on the given clock (an ``async def`` will do).
-BoardFactory = Callable[[Sequence[Task], ManualClock], Any]
+BoardFactory = Callable[[Sequence[Task], Clock], Any]
 
 #: How often tolerant mode reads a snapshot that an infrastructure fault interrupts.
 SNAPSHOT_ATTEMPTS = 5
@@ -231,11 +308,16 @@ class InfrastructureFault(Exception):
     trace: tuple[Step, ...] = ()
     #: The JSON trace file written for this fault, if one was.
     trace_file: str | None = None
+    #: This run as a :class:`~taskboard.stateful.Trace`, kept in case it does not recur.
+    recording: Any = None
 
     def __init__(self, message: str, exception: BaseException) -> None:
         super().__init__(message)
         self.exception = exception
 
+
+#: The class attributes :meth:`BoardMachine.for_board` takes from a factory that has them.
+_FACTORY_ATTRIBUTES = ("clock_resolution", "clock_mode", "clock_skew", "expired_lease_policy")
 
 #: Called with every machine at teardown (the fuzzer counts examples, steps and transitions).
 _LISTENERS: list[Callable[[BoardMachine], None]] = []
@@ -261,6 +343,17 @@ class BoardMachine(RuleBasedStateMachine):
       what Redis ``PX`` keeps and finer than most hosts need). Start times, TTLs
       and clock jumps are drawn as multiples of it, so expiry boundaries stay
       exact; an ``until`` off by less than one resolution is accepted.
+    * ``clock_mode``: SPEC 7, where the board's time comes from. ``"manual"``
+      (default): ``make_board`` gets a :class:`~taskboard.ManualClock` that only the
+      machine moves, and every call is judged at one exact instant. ``"wall"``: for
+      boards that keep time on their own server (Redis ``PX``, SQL ``now()``) or
+      call ``time.time()``; ``make_board`` gets a :class:`~taskboard.SystemClock`
+      the board may ignore, clock rules sleep, and each call is judged on its window
+      ``[before - clock_skew, after + clock_skew]``. An off-by-one at exactly
+      ``until`` inside that window cannot be seen: prefer ``"manual"`` where the
+      board can take an injected clock.
+    * ``clock_skew``: in wall mode, how far the board's clock may be from the
+      machine's (default 1 ms; zero for a board that reads the machine's own clock).
     * ``expired_lease_policy``: SPEC 3.4, what the board does with
       release/complete/fail by the current token of an expired lease nobody has
       taken over: ``"either"`` (default, both accepted), ``"accept"`` or ``"reject"``.
@@ -285,6 +378,8 @@ class BoardMachine(RuleBasedStateMachine):
     """
 
     clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
+    clock_mode: ClassVar[ClockMode] = "manual"
+    clock_skew: ClassVar[timedelta] = timedelta(milliseconds=1)
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
     call_timeout: ClassVar[timedelta | None] = timedelta(seconds=10)
     tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = False
@@ -300,8 +395,17 @@ class BoardMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        type(self).check_definition()
-        self.tick = type(self).clock_resolution
+        cls = type(self)
+        cls.check_definition()
+        self.tick = cls.clock_resolution
+        #: SPEC 7: time is the wall clock's; calls are judged on windows, clock rules sleep.
+        self.wall = cls.clock_mode == "wall"
+        self.skew = cls.clock_skew
+        #: What a drawn TTL or clock step counts in: the resolution, or on the wall clock
+        #: the least multiple of it that outlasts a call's uncertainty.
+        self.ttl_unit = wall_ttl_unit(self.tick, self.skew) if self.wall else self.tick
+        #: How long the latest calls took (wall clock), to land just before an until.
+        self._latencies: deque[timedelta] = deque(maxlen=8)
         _keep_core_rules_enabled(self)
         self.board: Board | None = None
         #: The board as ``make_board`` returned it (``board`` is it as the machine calls it).
@@ -324,8 +428,8 @@ class BoardMachine(RuleBasedStateMachine):
 
         Raises:
             TypeError: ``make_board`` is missing, or ``clock_resolution``,
-                ``expired_lease_policy``, ``call_timeout`` or ``tolerate_faults`` has
-                a value the machine cannot use.
+                ``clock_mode``, ``clock_skew``, ``expired_lease_policy``,
+                ``call_timeout`` or ``tolerate_faults`` has a value the machine cannot use.
         """
         if cls.make_board is BoardMachine.make_board:
             raise TypeError(
@@ -337,6 +441,15 @@ class BoardMachine(RuleBasedStateMachine):
             raise TypeError(
                 f"{cls.__qualname__}.clock_resolution must be a positive timedelta, "
                 f"got {resolution!r}"
+            )
+        if cls.clock_mode not in CLOCK_MODES:
+            raise TypeError(
+                f"{cls.__qualname__}.clock_mode must be 'manual' or 'wall', got {cls.clock_mode!r}"
+            )
+        skew: object = cls.clock_skew
+        if not isinstance(skew, timedelta) or skew < timedelta(0):
+            raise TypeError(
+                f"{cls.__qualname__}.clock_skew must be a non-negative timedelta, got {skew!r}"
             )
         timeout: object = cls.call_timeout
         if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
@@ -372,7 +485,7 @@ class BoardMachine(RuleBasedStateMachine):
 
             @functools.wraps(run_test)  # keeps Hypothesis's marks on it
             def runTest(self: Any) -> None:  # noqa: N802  # unittest's name
-                with hangs_reported():
+                with failures_reported(cls):
                     run_test(self)
 
             case.runTest = runTest  # type: ignore[method-assign]
@@ -390,8 +503,9 @@ class BoardMachine(RuleBasedStateMachine):
         """A machine class whose boards come from ``factory(tasks, clock)``.
 
         ``TestMyBoard = BoardMachine.for_board(MyBoard).TestCase`` is the short form of
-        subclassing. The factory's own ``clock_resolution`` and ``expired_lease_policy``
-        attributes are used when it has them, and ``attributes`` set any class attribute.
+        subclassing. The factory's own ``clock_resolution``, ``clock_mode``,
+        ``clock_skew`` and ``expired_lease_policy`` attributes are used when it has
+        them, and ``attributes`` set any class attribute (``clock_mode="wall"``, say).
         Boards are closed with ``close(board)``, or with their own ``aclose()`` or
         ``close()`` method; an ``async def`` factory or closer is awaited on the
         machine's loop.
@@ -399,12 +513,12 @@ class BoardMachine(RuleBasedStateMachine):
         name = getattr(factory, "__name__", type(factory).__name__)
         namespace: dict[str, Any] = {
             attribute: getattr(factory, attribute)
-            for attribute in ("clock_resolution", "expired_lease_policy")
+            for attribute in _FACTORY_ATTRIBUTES
             if hasattr(factory, attribute)
         }
         namespace.update(attributes)
 
-        def make_board(self: BoardMachine, tasks: Sequence[Task], clock: ManualClock) -> Any:
+        def make_board(self: BoardMachine, tasks: Sequence[Task], clock: Clock) -> Any:
             return factory(tasks, clock)
 
         if inspect.iscoroutinefunction(factory):
@@ -430,8 +544,11 @@ class BoardMachine(RuleBasedStateMachine):
 
     # -- hooks -------------------------------------------------------------------------------
 
-    def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Any:
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Any:
         """Return a fresh, isolated Board holding ``tasks`` that reads time only from ``clock``.
+
+        ``clock`` is a :class:`~taskboard.ManualClock`; with ``clock_mode = "wall"`` it is a
+        :class:`~taskboard.SystemClock`, which a board keeping its own time may ignore.
 
         May be ``async def``, and the board's methods may be coroutines (see the class
         docstring for the event loop they run on).
@@ -479,14 +596,15 @@ class BoardMachine(RuleBasedStateMachine):
         self._begin(tasks, aligned + start_ticks * self.tick)
 
     def _begin(self, tasks: Sequence[Task], start: datetime) -> None:
-        """Make the board of ``tasks`` on a manual clock at ``start`` and check its snapshot."""
+        """Make the board of ``tasks`` on a manual clock at ``start`` (on the wall clock: now)
+        and check its snapshot."""
         self.tasks = tuple(tasks)
-        self.start_time = start
         for task in tasks:  # a lease the board starts with has a holder too
             if task.lease is not None:
                 until = task.lease.until
                 self._untils[task.lease.token] = None if until is None else as_utc(until)
-        self.clock = ManualClock(start)
+        self.clock: Clock = SystemClock() if self.wall else ManualClock(start)
+        self.start_time = self.clock.now()
         try:
             made, board, self._driver = make_driven(
                 self.make_board, (list(tasks), self.clock), type(self).call_timeout
@@ -517,12 +635,25 @@ class BoardMachine(RuleBasedStateMachine):
     )
     def claim(self, task: str, agent: str, ttl_ticks: int) -> Any:
         """Claim a task for an agent, for ``ttl_ticks`` clock ticks (0: no expiry)."""
-        outcome = self._perform(Call(Op.CLAIM, task, agent=agent, ttl=ttl_ticks * self.tick))
+        outcome = self._perform(Call(Op.CLAIM, task, agent=agent, ttl=ttl_ticks * self.ttl_unit))
         if outcome.task is None or outcome.task.lease is None or not outcome.ok:
-            return multiple()
+            return self._no_new_lease(task)
         lease = outcome.task.lease
         label = self._labels[lease.token]
         return LeaseRef(label, task, lease.token, lease.fence, agent)
+
+    def _no_new_lease(self, task_id: str) -> Any:
+        """What a claim that returned no lease adds to the ``leases`` bundle: nothing, or on the
+        wall clock the task's latest lease (one never issued if it has none). On the wall clock
+        an outcome may differ between runs of one example; what Hypothesis draws may not."""
+        if not self.wall:
+            return multiple()
+        latest = next((x for x in reversed(self.model.issued) if x.task_id == task_id), None)
+        if latest is None:
+            return LeaseRef("never issued", task_id, NEVER_ISSUED, 0, "")
+        return LeaseRef(
+            self._label(latest.token), task_id, latest.token, latest.fence, latest.agent
+        )
 
     @rule(target=leases, lease=leases, same_agent=st.booleans(), ttl_ticks=TTL_TICKS)
     def reclaim(self, lease: LeaseRef, same_agent: bool, ttl_ticks: int) -> Any:
@@ -538,7 +669,7 @@ class BoardMachine(RuleBasedStateMachine):
     def renew(self, task: str, ttl_ticks: int, holder: str) -> None:
         """Renew ``task`` as its latest lease's holder, or as the holder before (stale)."""
         token = self._token_of(task, holder) or NEVER_ISSUED
-        self._perform(Call(Op.RENEW, task, token=token, ttl=ttl_ticks * self.tick))
+        self._perform(Call(Op.RENEW, task, token=token, ttl=ttl_ticks * self.ttl_unit))
 
     @rule(task=st.sampled_from(TASK_IDS), holder=st.sampled_from(HOLDERS))
     def release(self, task: str, holder: str) -> None:
@@ -560,7 +691,9 @@ class BoardMachine(RuleBasedStateMachine):
     def act_with_lease(self, op: str, lease: LeaseRef, ttl_ticks: int) -> None:
         """Act on a lease's task with its token: often a stale holder acting late."""
         if self._supports(op):
-            self._perform(Call(Op(op), lease.task_id, token=lease.token, ttl=ttl_ticks * self.tick))
+            self._perform(
+                Call(Op(op), lease.task_id, token=lease.token, ttl=ttl_ticks * self.ttl_unit)
+            )
 
     @rule(
         op=st.sampled_from(TOKEN_OPS),
@@ -611,10 +744,13 @@ class BoardMachine(RuleBasedStateMachine):
 
     @rule(ticks=st.integers(1, 5))
     def advance_clock(self, ticks: int) -> None:
-        """Move the clock forward by a few ticks (long leases end by ``at_expiry``)."""
-        self._move_clock(self.clock.now() + ticks * self.tick, "")
+        """Move the clock forward by a few ticks (long leases end by ``at_expiry``); on the wall
+        clock, sleep a few TTL units."""
+        self._move_clock(self.clock.now() + ticks * self.ttl_unit, "")
 
-    @precondition(lambda self: bool(self._expiring()))
+    # On the wall clock whether a lease is still ahead depends on timing, so the rule is always
+    # enabled (Hypothesis needs the same rules enabled whenever an example replays).
+    @precondition(lambda self: self.wall or bool(self._expiring()))
     @rule(
         target=leases,
         which=st.integers(0, len(TASK_IDS) - 1),
@@ -627,24 +763,42 @@ class BoardMachine(RuleBasedStateMachine):
         """Move the clock to exactly a live lease's ``until`` (or one tick before it), then act
         on its task at once: claim it as ``agent``, act with the lease's token, or nothing.
 
-        Boundary bugs live exactly here, so the jump and the action are one step."""
+        Boundary bugs live exactly here, so the jump and the action are one step. On the
+        wall clock, sleep to just before or just after ``until``, by the skew, the
+        resolution and (before) the calls' latency, so the call's window is on one side."""
         expiring = self._expiring()
+        if not expiring:  # the wall clock only: no lease ends soon, so no boundary to land on
+            return self.claim(TASK_IDS[which], agent, ttl_ticks) if then == "claim" else multiple()
         task_id, token, until = expiring[which % len(expiring)]
-        target = until - self.tick if early else until
-        where = "one tick before" if early else "exactly at"
+        if self.wall:
+            latency = max(self._latencies, default=timedelta(milliseconds=1))
+            before = self.skew + self.tick + 2 * latency + WALL_LANDING
+            after = self.skew + self.tick + WALL_LANDING
+            target = until - before if early else until + after
+            where = (
+                f"{format_duration(before)} before" if early else f"{format_duration(after)} after"
+            )
+        else:
+            target = until - self.tick if early else until
+            where = "one tick before" if early else "exactly at"
         self._move_clock(max(target, self.clock.now()), f"to {where} {self._label(token)}'s until")
         if then == "claim":
             return self.claim(task_id, agent, ttl_ticks)
         if then != "nothing" and self._supports(then):
-            self._perform(Call(Op(then), task_id, token=token, ttl=ttl_ticks * self.tick))
+            self._perform(Call(Op(then), task_id, token=token, ttl=ttl_ticks * self.ttl_unit))
         return multiple()
 
     def _expiring(self) -> list[tuple[str, str, datetime]]:
         now = self.clock.now()
+        # On the wall clock, waiting is real: only leases that end within the example.
+        last = now + WALL_LONGEST_WAIT * self.ttl_unit if self.wall else None
         return [
             (t.id, t.lease.token, t.lease.until)
             for t in self.model.tasks
-            if t.lease is not None and t.lease.until is not None and now < t.lease.until
+            if t.lease is not None
+            and t.lease.until is not None
+            and now < t.lease.until
+            and (last is None or t.lease.until <= last)
         ]
 
     # -- the checks ----------------------------------------------------------------------------
@@ -655,9 +809,16 @@ class BoardMachine(RuleBasedStateMachine):
     def _move_clock(self, target: datetime | None, note: str) -> None:
         before = self.clock.now()
         if target is not None:
-            self.clock.set(target)
+            self._clock_to(target)
         moved = self.clock.now() - before
         self.trace.append(Step(len(self.trace) + 1, before, advance=moved, note=note))
+
+    def _clock_to(self, target: datetime) -> None:
+        """Set the manual clock to ``target``; on the wall clock, sleep until it is reached."""
+        if isinstance(self.clock, ManualClock):
+            self.clock.set(target)
+        else:
+            sleep_until(self.clock, target)
 
     def _perform(self, call: Call, ref: str = "") -> Outcome:
         """Call the board, judge the outcome with the model, then check the snapshot.
@@ -667,29 +828,47 @@ class BoardMachine(RuleBasedStateMachine):
         """
         assert self.board is not None
         now = self.clock.now()
-        allowed = self.model.expect(call, now)
+        # On the wall clock what is allowed depends on when the call returns (SPEC 7).
+        allowed = None if self.wall else self.model.expect(call, now)
         if not ref and call.op is not Op.CLAIM:
             ref = token_ref(call.token, self._labels)
-        transition = self._transition(call, now)
         board_exc: Exception | None = None
         try:
             outcome = Outcome.returned(call.invoke(self.board))
         except Exception as exc:
             board_exc = exc
             outcome = Outcome.raised(exc)
+        window = None
+        if self.wall:
+            returned = self.clock.now()
+            self._latencies.append(returned - now)
+            window = Window.around(now, returned, self.skew)
+        when: When = now if window is None else window
+        if allowed is None:
+            allowed = self.model.expect(call, when)
+        transition = self._transition(call, when)
         fault = board_exc if board_exc is not None and is_infrastructure_fault(board_exc) else None
         tolerated = fault is not None and self._tolerates(fault)
         self.transitions[(*transition, "fault" if fault else outcome.error or "ok")] += 1
         note = "infrastructure fault: the call's effect is unknown" if tolerated else ""
-        step = Step(len(self.trace) + 1, now, call, outcome, allowed, note=note, token_ref=ref)
+        step = Step(
+            len(self.trace) + 1,
+            now,
+            call,
+            outcome,
+            allowed,
+            note=note,
+            token_ref=ref,
+            window=window,
+        )
         self.trace.append(step)
         if fault is not None:
             if not tolerated:
                 _raise_fault(self._fault(fault, step))
-            return self._settle(call, now, step, fault)
+            return self._settle(call, when, step, fault)
         self._label_lease(outcome)
         try:
-            self.model = self.model.advance(call, now, outcome)
+            self.model = self.model.advance(call, when, outcome)
         except ContractViolation as violation:
             raise self._report(violation, step) from board_exc
         self._remember_untils(call, outcome)
@@ -704,7 +883,7 @@ class BoardMachine(RuleBasedStateMachine):
             return tolerated and not isinstance(fault, TimeoutError)
         return isinstance(fault, tolerated) and not isinstance(fault, TimeoutError)
 
-    def _settle(self, call: Call, now: datetime, step: Step, fault: Exception) -> Outcome:
+    def _settle(self, call: Call, now: When, step: Step, fault: Exception) -> Outcome:
         """Tolerant mode, after ``call`` met an infrastructure fault: adopt the snapshot if it
         shows the board without the call or with it applied; returns what it returned if
         applied, else the fault's outcome."""
@@ -736,16 +915,20 @@ class BoardMachine(RuleBasedStateMachine):
             if isinstance(token, str) and token not in self._labels:
                 self._labels[token] = f"L{len(self._labels) + 1}"
 
-    def _transition(self, call: Call, now: datetime) -> tuple[str, str]:
-        # (task state, operation): the state as the model sees it at ``now``, the operation with
-        # the kind of token it carries, for the fuzzer's transition coverage.
+    def _transition(self, call: Call, when: When) -> tuple[str, str]:
+        # (task state, operation): the state as the model sees it at ``when``, the operation
+        # with the kind of token it carries, for the fuzzer's transition coverage.
         task = self.model.task(call.task_id)
+        instants = self.model.instants(call, when) if isinstance(when, Window) else (when,)
         if task is None:
             state = "unknown id"
         elif task.state is State.CLAIMED and task.lease is not None:
             until = task.lease.until
+            now = instants[0] if instants else when.latest  # type: ignore[union-attr]
             expiry = "live" if is_live(task.lease, now) else "expired"
-            state = "claimed, at until" if until == now else f"claimed, {expiry}"
+            state = (
+                "claimed, at until" if until == now or len(instants) > 1 else f"claimed, {expiry}"
+            )
         else:
             state = str(task.state)
         if call.op is Op.CLAIM:
@@ -809,8 +992,8 @@ class BoardMachine(RuleBasedStateMachine):
 
     def _check_live_holders(self) -> None:
         # Independent of the model's snapshot: from the outcomes alone, who believes they hold
-        # which task, live, right now.
-        now = self.clock.now()
+        # which task, live, right now (on the wall clock: at the last call's effect instant).
+        now = self.model.floor if self.wall and self.model.floor else self.clock.now()
         holders: dict[str, list[str]] = {}
         for issued in self.model.issued:
             until = self._untils.get(issued.token)
@@ -829,6 +1012,8 @@ class BoardMachine(RuleBasedStateMachine):
         lines = [f"contract violation at {where}", ""]
         if step is not None and step.call is not None:
             lines.append(f"  step      {render_step(step, self.start_time, self._label).strip()}")
+        if step is not None and step.window is not None:
+            lines.append(f"  window    {self._render_window(step.window)}")
         lines += [
             f"  clause    {violation.clause}",
             f"  expected  {violation.expected}",
@@ -838,6 +1023,15 @@ class BoardMachine(RuleBasedStateMachine):
         verdict = (violation.clause, violation.expected, violation.observed)
         self._finish(report, lines, step, verdict)
         return report
+
+    def _render_window(self, window: Window) -> str:
+        start = self.start_time
+        earliest, latest = window.earliest - start, window.latest - start
+        return (
+            f"+{format_duration(earliest)} .. +{format_duration(latest)} (SPEC 7: the call "
+            f"took effect at one instant of it, on the wall clock with skew "
+            f"{format_duration(self.skew)})"
+        )
 
     def _fault(self, exc: Exception, step: Step | None, during: str = "") -> InfrastructureFault:
         """The report of an infrastructure fault in ``step``'s call, or ``during`` something
@@ -894,25 +1088,32 @@ class BoardMachine(RuleBasedStateMachine):
     ) -> None:
         """Add the trace to a report's lines, write the trace file, and set the message."""
         if hasattr(self, "start_time"):
+            clock = (
+                f"wall clock from {self.start_time.isoformat()}, skew "
+                f"{format_duration(self.skew)}, TTL unit {format_duration(self.ttl_unit)}"
+                if self.wall
+                else f"clock starts at {self.start_time.isoformat()}"
+            )
             lines += [
                 "",
-                f"trace (clock starts at {self.start_time.isoformat()}, "
-                f"resolution {format_duration(self.tick)}; L<n> is the n-th lease a claim "
-                "returned):",
+                f"trace ({clock}, resolution {format_duration(self.tick)}; L<n> is the n-th "
+                "lease a claim returned):",
             ]
             for earlier in self.trace:
                 marker = ">>" if step is not None and earlier.index == step.index else ""
                 lines.append(render_step(earlier, self.start_time, self._label, marker=marker))
         report.step = step
         report.trace = tuple(self.trace)
+        if hasattr(self, "start_time"):
+            index = None if step is None else step.index
+            report.recording = self.to_trace(Verdict(index, *verdict, "\n".join(lines)))
         self._failure = report
         hung = isinstance(report, InfrastructureFault) and isinstance(
             report.exception, CallTimeoutError
         )
         directory = self._failure_record_dir(final_only=not hung)
         if directory and hasattr(self, "start_time"):
-            index = None if step is None else step.index
-            path = write_trace(self.to_trace(Verdict(index, *verdict, "\n".join(lines))), directory)
+            path = write_trace(report.recording, directory)
             report.trace_file = str(path)
             lines += ["", f"trace written to {path}; replay it with: taskboard replay {path}"]
         report.args = ("\n".join(lines),)
@@ -921,8 +1122,13 @@ class BoardMachine(RuleBasedStateMachine):
         """Where to write a failure's records: the trace dir, in Hypothesis's final replay of
         the shrunk failure only (not for the many failures met while shrinking), unless the
         failure ends the run unshrunk (a hang)."""
-        directory = type(self).trace_dir or os.environ.get(TRACE_DIR_ENV)
+        directory = type(self).trace_dir_in_use()
         return directory if directory and (_in_final_replay() or not final_only) else None
+
+    @classmethod
+    def trace_dir_in_use(cls) -> str | None:
+        """Where failing traces go: ``trace_dir``, else ``TASKBOARD_TRACE_DIR``, else nowhere."""
+        return cls.trace_dir or os.environ.get(TRACE_DIR_ENV) or None
 
     def to_trace(self, verdict: Verdict | None = None) -> Trace:
         """This run so far as a :class:`Trace`, with the verdict if there is one."""
@@ -939,6 +1145,8 @@ class BoardMachine(RuleBasedStateMachine):
             verdict=verdict,
             target=target,
             created=datetime.now(UTC).isoformat(timespec="seconds"),
+            clock_mode=cls.clock_mode,
+            skew=cls.clock_skew,
         )
 
     def _label(self, token: str) -> str:

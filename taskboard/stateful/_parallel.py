@@ -6,7 +6,10 @@ per-step check) and two to four thread suffixes of a few operations each. The su
 against the board from real threads behind one start barrier, with the manual clock
 standing still, and every call's invocation and response are stamped on a monotonic
 clock. The history must then have a sequential order, consistent with real time, that the
-model allows, and that ends where the board's final snapshot says it ended.
+model allows, and that ends where the board's final snapshot says it ended. On the wall
+clock (SPEC 7) time moves on during the threads: each call also gets its window, and the
+order must give each call an instant inside it, never going backwards (timed
+linearizability).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from taskboard.model import (
     Op,
     Operation,
     Outcome,
+    Window,
     check_history,
 )
 from taskboard.model._calls import is_infrastructure_fault
@@ -45,8 +49,8 @@ from taskboard.stateful._machine import (
     _in_final_replay,
     _raise_fault,
     dependency_graphs,
+    failures_reported,
     grid_start,
-    hangs_reported,
 )
 from taskboard.stateful._trace import render_call
 from taskboard.stateful._tracefile import (
@@ -154,7 +158,7 @@ def run_parallel_state_machine(
         test = seed(chosen_seed)(test)
     # An example is three whole runs with threads: no per-example deadline applies.
     test = type_settings(settings or type_settings(), deadline=None)(test)
-    with hangs_reported():
+    with failures_reported(machine_cls):
         test()
 
 
@@ -172,7 +176,7 @@ def run_program(
         machine._begin(tasks, grid_start(machine.tick))
         for op in program.prefix:
             if op.op == "advance":
-                machine._move_clock(machine.clock.now() + op.ttl_ticks * machine.tick, "")
+                machine._move_clock(machine.clock.now() + op.ttl_ticks * machine.ttl_unit, "")
             elif op.op == "claim" or machine._supports(op.op):
                 machine._perform(_call(machine, op, {}))
         history, snapshot = _run_threads(machine, program.threads)
@@ -237,7 +241,7 @@ def _move_into_prefix(
 
 
 def _call(machine: BoardMachine, op: ParallelOp, mine: dict[str, str]) -> Call:
-    ttl = op.ttl_ticks * machine.tick
+    ttl = op.ttl_ticks * machine.ttl_unit
     if op.op == "claim":
         return Call(Op.CLAIM, op.task, agent=op.agent, ttl=ttl)
     if op.token == "mine" and op.task in mine:
@@ -253,6 +257,7 @@ def _run_threads(
 ) -> tuple[list[Operation], list[Any]]:
     assert machine.board is not None
     board = machine.board
+    clock, wall, skew = machine.clock, machine.wall, machine.skew
     barrier = threading.Barrier(len(threads))
     records: list[list[Operation]] = [[] for _ in threads]
     ids = iter(range(10**9))
@@ -269,6 +274,7 @@ def _run_threads(
             return
         for op in supported[index]:
             call = _call(machine, op, mine)
+            started = clock.now()
             invoked = time.monotonic()
             outcome: Outcome | None
             try:
@@ -277,11 +283,14 @@ def _run_threads(
                 # An infrastructure fault may or may not have applied: ambiguous, None.
                 outcome = None if is_infrastructure_fault(exc) else Outcome.raised(exc)
             returned = time.monotonic() if outcome is not None else math.inf
+            # On the wall clock an ambiguous call may take effect until the history ends: its
+            # window is widened once every thread is done.
+            window = Window.around(started, clock.now(), skew) if wall else None
             if outcome is not None and outcome.ok and outcome.task and outcome.task.lease:
                 mine[call.task_id] = outcome.task.lease.token
             with id_lock:
                 op_id = next(ids)
-            records[index].append(Operation(op_id, index, call, outcome, invoked, returned))
+            records[index].append(Operation(op_id, index, call, outcome, invoked, returned, window))
 
     workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(threads))]
     with start_line(board, sum(1 for ops in supported if ops)):
@@ -295,6 +304,14 @@ def _run_threads(
         )
         _raise_fault(machine._fault(hung, None, "the racing threads"))
     history = [op for ops in records for op in ops]
+    if wall:
+        ended = clock.now()
+        history = [
+            dataclasses.replace(op, window=Window(op.window.earliest, ended + skew))
+            if op.outcome is None and op.window is not None
+            else op
+            for op in history
+        ]
     return history, machine._snapshot(None)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import cast
+from typing import Any, cast
 
 from taskboard.model import ContractViolation, Op
-from taskboard.stateful._machine import BoardFactory, BoardMachine, hangs_reported
+from taskboard.stateful._machine import BoardFactory, BoardMachine, failures_reported
 from taskboard.stateful._trace import resolve_token
 from taskboard.stateful._tracefile import Trace
 
@@ -48,8 +48,10 @@ def replay_trace(trace: Trace, board: BoardFactory | type[BoardMachine]) -> Repl
     :class:`BoardMachine` subclass, whose ``make_board``, ``close_board`` and
     ``expired_lease_policy`` are used. A factory's own ``expired_lease_policy``
     attribute, when it has one, pins SPEC 3.4; otherwise the trace's own pin does.
-    The trace's clock resolution is kept. The clock is set to each step's recorded
-    time, and tokens are mapped by lease: ``L3`` is the token this board's third
+    The trace's clock resolution and mode are kept. The clock is set to each step's
+    recorded time (on the wall clock, SPEC 7: the replay sleeps to keep each step's
+    offset from the start, so its outcomes may differ where timing decides them), and
+    tokens are mapped by lease: ``L3`` is the token this board's third
     successful claim returned. A parallel-mode trace reruns its program a few times
     (threads do not repeat their timing); ``steps_run`` then counts the runs.
 
@@ -58,7 +60,7 @@ def replay_trace(trace: Trace, board: BoardFactory | type[BoardMachine]) -> Repl
             name, or a call hung: the replay has no verdict on the contract.
     """
     machine_cls = _machine_for(board, trace)
-    with hangs_reported():
+    with failures_reported(machine_cls):
         if trace.program is not None:
             return _run_parallel(machine_cls, trace)
         machine = machine_cls()
@@ -84,13 +86,16 @@ def _run_parallel(machine_cls: type[BoardMachine], trace: Trace) -> ReplayResult
 
 
 def _machine_for(board: BoardFactory | type[BoardMachine], trace: Trace) -> type[BoardMachine]:
+    clock: dict[str, Any] = {
+        "clock_resolution": trace.resolution,
+        "clock_mode": trace.clock_mode,
+        "clock_skew": trace.skew,
+    }
     if isinstance(board, type) and issubclass(board, BoardMachine):
-        return type(f"Replay{board.__name__}", (board,), {"clock_resolution": trace.resolution})
+        return type(f"Replay{board.__name__}", (board,), clock)
     # The board's own SPEC 3.4 pin if it declares one, else the pin the trace was made with.
     policy = getattr(board, "expired_lease_policy", trace.policy)
-    return BoardMachine.for_board(
-        cast(BoardFactory, board), clock_resolution=trace.resolution, expired_lease_policy=policy
-    )
+    return BoardMachine.for_board(cast(BoardFactory, board), **clock, expired_lease_policy=policy)
 
 
 def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
@@ -98,14 +103,16 @@ def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
     steps_run = 0
     try:
         machine._begin(trace.tasks, trace.start)
+        shift = machine.start_time - trace.start  # on the wall clock, the replay starts later
         for step in trace.steps:
             steps_run += 1
+            at = step.at + shift
             if step.call is None:
-                target = step.at + (step.advance or timedelta(0))
+                target = at + (step.advance or timedelta(0))
                 machine._move_clock(max(target, machine.clock.now()), step.note)
                 continue
-            if step.at > machine.clock.now():
-                machine.clock.set(step.at)
+            if at > machine.clock.now():
+                machine._clock_to(at)
             call = step.call
             if call.op is not Op.CLAIM and not machine._supports(call.op):
                 differences.append(f"step {step.index}: skipped, the board has no {call.op}()")

@@ -1,7 +1,7 @@
 """Trace files: a failing run as versioned JSON, to replay, share and turn into a test.
 
 A trace holds what a board needs to run the steps again (the initial tasks, the start
-time, the clock resolution, the SPEC 3.4 pin) and every step as recorded: the call, the
+time, the clock resolution and mode, the SPEC 3.4 pin) and every step as recorded: the call, the
 clock, what the board returned and what the model allowed. Tokens are written as
 references to the lease that minted them (``L3``), so a trace recorded on one board
 replays on another, which mints other tokens.
@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from taskboard._clock import as_utc
+from taskboard._clock import CLOCK_MODES, ClockMode, as_utc
 from taskboard._contract import Lease, Task
-from taskboard.model import Allowed, Call, ExpiredLeasePolicy, Op, Outcome, Step
+from taskboard.model import Allowed, Call, ExpiredLeasePolicy, Op, Outcome, Step, Window
 from taskboard.model._model import EXPIRED_LEASE_POLICIES
 from taskboard.stateful._trace import FORGERIES
 
@@ -42,8 +42,9 @@ __all__ = [
 ]
 
 SCHEMA = "taskboard-trace"
-#: The trace format version this taskboard writes, and the newest it reads.
-SCHEMA_VERSION = 1
+#: The trace format version this taskboard writes, and the newest it reads. Version 2 added
+#: the clock mode, the skew and each call's window (SPEC 7); a version 1 trace is manual.
+SCHEMA_VERSION = 2
 #: Environment variable naming a directory: failing traces are written there.
 TRACE_DIR_ENV = "TASKBOARD_TRACE_DIR"
 
@@ -83,6 +84,10 @@ class Trace:
     #: A parallel-mode trace: the program (its prefix and threads) that gave a history with
     #: no sequential order the contract allows; ``steps`` then hold that history's calls.
     program: ParallelProgram | None = None
+    #: SPEC 7: ``"wall"`` for a run on the wall clock, which replays on the wall clock too.
+    clock_mode: ClockMode = "manual"
+    #: SPEC 7: the board's clock skew the run was judged with (wall clock only).
+    skew: timedelta = timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,8 @@ def _step_json(step: Step) -> dict[str, Any]:
         },
         allowed=[{"error": a.error, "clause": a.clause, "reason": a.reason} for a in step.allowed],
     )
+    if step.window is not None:
+        record["window"] = [step.window.earliest.isoformat(), step.window.latest.isoformat()]
     if step.note:
         record["note"] = step.note
     return record
@@ -193,6 +200,8 @@ def trace_to_json(trace: Trace) -> str:
         "target": trace.target,
         "start": trace.start.isoformat(),
         "resolution_us": _micros(trace.resolution),
+        "clock_mode": trace.clock_mode,
+        "clock_skew_us": _micros(trace.skew),
         "expired_lease_policy": trace.policy,
         "tasks": [_task_json(t) for t in trace.tasks],
         "steps": [_step_json(s) for s in trace.steps],
@@ -367,7 +376,23 @@ def _step(reader: _Reader, expected_index: int) -> Step:
             )
         )
     note = reader.get("note", str, optional=True) or ""
-    return Step(index, at, call, outcome, tuple(allowed), note=note, token_ref=ref)
+    window = None
+    bounds = reader.get("window", list, optional=True)
+    if bounds is not None:
+        window = _window(reader, bounds)
+    return Step(index, at, call, outcome, tuple(allowed), note=note, token_ref=ref, window=window)
+
+
+def _window(reader: _Reader, bounds: list[Any]) -> Window:
+    if len(bounds) != 2 or not all(isinstance(b, str) for b in bounds):
+        raise reader.error("window", "expected [earliest, latest] as two ISO 8601 times")
+    edges = reader.child("window", {"earliest": bounds[0], "latest": bounds[1]})
+    earliest, latest = edges.when("earliest"), edges.when("latest")
+    assert earliest is not None
+    assert latest is not None
+    if earliest > latest:
+        raise reader.error("window", f"earliest {bounds[0]!r} is after latest {bounds[1]!r}")
+    return Window(earliest, latest)
 
 
 #: A duration longer than any clock could run a trace for (about 30 years), in microseconds.
@@ -440,6 +465,12 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
     if policy not in EXPIRED_LEASE_POLICIES:
         raise top.error("expired_lease_policy", f"expected either/accept/reject, got {policy!r}")
     resolution = top.duration("resolution_us", positive=True)
+    clock_mode = top.get("clock_mode", str, optional=True) or "manual"
+    if clock_mode not in CLOCK_MODES:
+        raise top.error("clock_mode", f"expected 'manual' or 'wall', got {clock_mode!r}")
+    skew = Trace.skew
+    if top.get("clock_skew_us", int, optional=True) is not None:
+        skew = top.duration("clock_skew_us")
     tasks = tuple(
         _task(top.child(f"tasks[{i}]", item)) for i, item in enumerate(top.get("tasks", list))
     )
@@ -475,6 +506,8 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
         target=top.get("target", str, optional=True) or "",
         created=top.get("created", str, optional=True) or "",
         program=program,
+        clock_mode=cast(ClockMode, clock_mode),
+        skew=skew,
     )
 
 
