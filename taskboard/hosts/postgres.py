@@ -101,8 +101,13 @@ class PostgresBoard:
     nothing. Contenders for one task wait on its row lock (never on a Python
     lock), and no operation locks two task rows, so there are no deadlocks and
     no serialization failures to retry. Time comes only
-    from ``clock``, read once the row is locked, and goes to the server as a
-    query parameter (SQL ``now()`` is never used).
+    from ``clock``, read once the row is locked: an injected
+    :class:`~taskboard.Clock`, whose instant goes to the server as a query
+    parameter, or with ``clock="server"`` the server's ``clock_timestamp()``,
+    read by a statement of its own once the lock is held. SQL ``now()``, the
+    transaction's start, is never used: it is fixed before the lock wait, so
+    after a wait it can lie before the commit this transaction waited for, and
+    time would run backwards from one operation to the next.
 
     ``claim`` reads its dependencies in one statement after the lock, without
     locking them: a dependency seen ``DONE`` stays ``DONE`` (nothing leaves
@@ -116,7 +121,9 @@ class PostgresBoard:
 
     Storage: ``taskboard_tasks`` holds each task with its current lease
     (``until`` as exact integer microseconds since the epoch, so
-    :attr:`clock_resolution` is one microsecond); ``taskboard_leases`` keeps
+    :attr:`clock_resolution` is one microsecond, with either clock:
+    ``timestamptz`` holds microseconds too, and ``until = now + ttl`` is
+    computed in Python on exact integers); ``taskboard_leases`` keeps
     every lease ever issued (``fence``, ``token``, ``agent``, ``issued_at``),
     never pruned while the board lives, so the next fence is always greater
     than every fence issued for the task, across releases, completions,
@@ -156,7 +163,13 @@ class PostgresBoard:
     Args:
         tasks: the initial tasks, stored as given if missing from the board
             (an initial lease's fence and token count as issued).
-        clock: the only source of time this board reads.
+        clock: the only source of time this board reads: a
+            :class:`~taskboard.Clock` (a ``ManualClock`` in tests), or
+            ``"server"`` for the server's ``clock_timestamp()`` read after the
+            row lock (no Python clock is read then). A board with ``"server"``
+            cannot be tested with a manual clock: test it with the machine's
+            wall-clock mode (SPEC section 7), e.g. from a ``make_board(tasks,
+            clock)`` that ignores the ``SystemClock`` it is given.
         conninfo: a libpq connection string or ``postgresql://`` URL; the board
             opens (and at :meth:`close` closes) its own connections with it.
         board_id: attach to this board instead of making a new one
@@ -171,7 +184,8 @@ class PostgresBoard:
 
     Raises:
         ValueError: two initial tasks share an id, an initial task holds a NUL
-            character, ``board_id`` is malformed, or ``connections`` < 1.
+            character, ``board_id`` is malformed, ``connections`` < 1, or ``clock``
+            is a string other than ``"server"``.
         psycopg.Error: the server could not be reached or refused a statement.
     """
 
@@ -183,7 +197,7 @@ class PostgresBoard:
     def __init__(
         self,
         tasks: Iterable[Task],
-        clock: Clock,
+        clock: Clock | Literal["server"],
         conninfo: str,
         *,
         board_id: str | None = None,
@@ -204,6 +218,8 @@ class PostgresBoard:
             )
         if connections < 1:
             raise ValueError(f"PostgresBoard: connections must be at least 1, got {connections}")
+        if isinstance(clock, str) and clock != "server":
+            raise ValueError(f"PostgresBoard: clock must be a Clock or 'server', got {clock!r}")
         self._clock = clock
         self._conninfo = conninfo
         self.board_id = secrets.token_hex(16) if board_id is None else board_id
@@ -230,6 +246,29 @@ class PostgresBoard:
 
     def __repr__(self) -> str:
         return f"PostgresBoard(board_id={self.board_id!r}, clock={self._clock!r})"
+
+    def _now(self, conn: Connection) -> int:
+        """This board's now, in microseconds since the epoch; call it once the row is locked.
+
+        With ``clock="server"`` it is the server's ``clock_timestamp()``, read by a
+        statement of its own after ``SELECT ... FOR UPDATE`` returned: the real time at
+        that moment. Not ``now()`` (nor ``CURRENT_TIMESTAMP``): that is the transaction's
+        start, fixed before the lock wait, so after waiting for another transaction's
+        lock it can lie before the instant that transaction committed, and time would
+        run backwards across the two (a lease that transaction saw expire could look
+        live again, and an ``until`` computed from it would be dated before the write it
+        follows). Not ``clock_timestamp()`` in the locking ``SELECT`` itself either: its
+        target list is evaluated below the row-locking step, so possibly before the
+        wait. ``extract(epoch ...)`` of a ``timestamptz`` is ``numeric`` (PostgreSQL
+        14+), exact to the microsecond the type holds, so the ``bigint`` is exact.
+        """
+        if isinstance(self._clock, str):  # "server"
+            row = conn.execute(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+            ).fetchone()
+            assert row is not None
+            return cast(int, row[0])
+        return _micros(self._clock.now())
 
     def __enter__(self) -> Self:
         return self
@@ -293,7 +332,7 @@ class PostgresBoard:
         """
         with self._transaction() as conn:
             task = self._lock_task(conn, task_id)
-            now = _micros(self._clock.now())
+            now = self._now(conn)
             if task.state == State.DONE:
                 raise TerminalError(f"task {task_id!r} is done; done is forever")
             if task.deps:
@@ -334,7 +373,8 @@ class PostgresBoard:
             )
 
     def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
-        """Recompute the lease's ``until`` from this board's clock (SPEC 3.5).
+        """Recompute the lease's ``until`` from this board's clock (SPEC 3.5): the injected
+        clock, or ``clock_timestamp()`` with ``clock="server"``.
 
         Token, fence and owner stay; ``seq`` grows.
 
@@ -348,7 +388,7 @@ class PostgresBoard:
         """
         with self._transaction() as conn:
             task = self._lock_task(conn, task_id)
-            now = _micros(self._clock.now())
+            now = self._now(conn)
             _check_holder(task, token, now)
             return self._update(conn, "lease_until = %s", (_until(now, request.ttl),), task_id)
 
@@ -385,7 +425,7 @@ class PostgresBoard:
     def _finish(self, task_id: str, token: str, state: State) -> None:
         with self._transaction() as conn:
             task = self._lock_task(conn, task_id)
-            now = _micros(self._clock.now())
+            now = self._now(conn)
             _check_holder(task, token, now)  # SPEC 3.4 "reject": an expired lease is lost
             self._update(
                 conn,

@@ -6,7 +6,9 @@ This is a reference host that shows how to meet the contract (SPEC sections
 keeping a board's keys in one slot, no persistence policy, no tuning).
 :class:`RedisBoard` is synchronous; :class:`AsyncRedisBoard` is the same board
 whose methods are coroutines. Both run the same Lua scripts on the same keys,
-so a sync and an async board can even attach to one board.
+so a sync and an async board can even attach to one board. Time comes from an
+injected :class:`~taskboard.Clock`, or with ``clock="server"`` from Redis ``TIME``
+inside each script.
 """
 
 from __future__ import annotations
@@ -155,9 +157,12 @@ for i, id in ipairs(redis.call('HKEYS', STATE)) do rows[i] = row(id) end
 return rows
 """
 
-# ARGV: id, agent, now, until ("" = no expiry), a fresh token. SPEC 3.1's order of checks.
-_CLAIM = """
-local id, agent, now, until_, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+# The bodies of claim, renew and finish start from locals (``id``, ``now``, ``until_`` ...);
+# each script's first lines set them from ARGV (an injected clock) or from Redis TIME
+# (``clock="server"``), so both variants run the very same checks and writes.
+
+# Locals: id, agent, now, until_ ("" = no expiry), token (a fresh one). SPEC 3.1's order.
+_CLAIM_BODY = """
 local state = redis.call('HGET', STATE, id)
 if not state then return {'not_found'} end
 if state == 'done' then return {'terminal'} end
@@ -182,9 +187,8 @@ set_until(id, until_)
 return {'ok', row(id)}
 """
 
-# ARGV: id, token, now, until ("" = no expiry). SPEC 3.5.
-_RENEW = """
-local id, token, now, until_ = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+# Locals: id, token, now, until_ ("" = no expiry). SPEC 3.5.
+_RENEW_BODY = """
 local rejected = holder(id, token, now)
 if rejected then return rejected end
 redis.call('HINCRBY', SEQ, id, 1)
@@ -192,9 +196,8 @@ set_until(id, until_)
 return {'ok', row(id)}
 """
 
-# ARGV: id, token, now, the new state. SPEC 3.2, 3.3, 3.6; the fence history stays.
-_FINISH = """
-local id, token, now, new_state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+# Locals: id, token, now, new_state. SPEC 3.2, 3.3, 3.6; the fence history stays.
+_FINISH_BODY = """
 local rejected = holder(id, token, now)
 if rejected then return rejected end
 redis.call('HINCRBY', SEQ, id, 1)
@@ -206,7 +209,85 @@ redis.call('HDEL', UNTIL, id)
 return {'ok'}
 """
 
-#: The Lua source of every script, by name; both boards register these same scripts.
+# An injected clock: the Python side reads it and passes now and until as ARGV.
+# ARGV: id, agent, now, until ("" = no expiry), a fresh token.
+_CLAIM = (
+    """
+local id, agent, now, until_, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]"""
+    + _CLAIM_BODY
+)
+# ARGV: id, token, now, until ("" = no expiry).
+_RENEW = (
+    """
+local id, token, now, until_ = ARGV[1], ARGV[2], ARGV[3], ARGV[4]"""
+    + _RENEW_BODY
+)
+# ARGV: id, token, now, the new state.
+_FINISH = (
+    """
+local id, token, now, new_state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]"""
+    + _FINISH_BODY
+)
+
+# ``clock="server"``: now is Redis TIME, read inside the script (Redis 7 replicates a
+# script's effects, not the script, so a non-deterministic command is allowed anywhere in
+# it). TIME is the server's real time when called, while Redis's own key expiry is frozen
+# at the script's start; these scripts use only TIME. The Python side passes the TTL as
+# integer microseconds ("" = no expiry) and the script adds it to now as decimal strings,
+# exactly, so the until it stores (and returns) is exactly now + ttl.
+_SERVER_CLOCK = """
+-- now: Redis TIME as microseconds since the epoch, a canonical decimal string
+local function server_now()
+  local t = redis.call('TIME')
+  return t[1] .. string.format('%06d', tonumber(t[2]))
+end
+
+-- a + b for canonical non-negative decimal integers, exact at any size
+local function add(a, b)
+  local digits, carry, i, j = {}, 0, #a, #b
+  while i > 0 or j > 0 or carry > 0 do
+    local sum = carry
+    if i > 0 then sum = sum + string.byte(a, i) - 48 end
+    if j > 0 then sum = sum + string.byte(b, j) - 48 end
+    digits[#digits + 1] = string.char(48 + sum % 10)
+    carry = (sum - sum % 10) / 10
+    i, j = i - 1, j - 1
+  end
+  return string.reverse(table.concat(digits))
+end
+
+-- SPEC 2: ttl (microseconds) gives now + ttl; '' gives no expiry ('')
+local function until_at(now, ttl)
+  if ttl == '' then return '' end
+  return add(now, ttl)
+end
+"""
+# ARGV: id, agent, ttl (microseconds, "" = no expiry), a fresh token.
+_SERVER_CLAIM = (
+    """
+local id, agent, ttl, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local now = server_now()
+local until_ = until_at(now, ttl)"""
+    + _CLAIM_BODY
+)
+# ARGV: id, token, ttl (microseconds, "" = no expiry).
+_SERVER_RENEW = (
+    """
+local id, token, ttl = ARGV[1], ARGV[2], ARGV[3]
+local now = server_now()
+local until_ = until_at(now, ttl)"""
+    + _RENEW_BODY
+)
+# ARGV: id, token, the new state.
+_SERVER_FINISH = (
+    """
+local id, token, new_state = ARGV[1], ARGV[2], ARGV[3]
+local now = server_now()"""
+    + _FINISH_BODY
+)
+
+#: The Lua source of every script, by name, for an injected clock; both boards register
+#: these same scripts.
 SCRIPTS = {
     name: _PRELUDE + body
     for name, body in (
@@ -218,22 +299,40 @@ SCRIPTS = {
     )
 }
 
+#: The Lua source of every script, by name, for ``clock="server"`` (time from Redis TIME).
+SERVER_SCRIPTS = {
+    name: _PRELUDE + _SERVER_CLOCK + body
+    for name, body in (
+        ("insert", _INSERT),
+        ("list", _LIST),
+        ("claim", _SERVER_CLAIM),
+        ("renew", _SERVER_RENEW),
+        ("finish", _SERVER_FINISH),
+    )
+}
+
 
 class _Core:
     """What the sync and async boards share: keys, arguments, and reading the replies."""
 
     #: SPEC 3.4: release/complete/fail of an expired lease are LeaseLostError.
     expired_lease_policy: ClassVar[Literal["accept", "reject"]] = "reject"
-    #: ``until`` is stored as exact integer microseconds since the epoch.
+    #: ``until`` is stored as exact integer microseconds since the epoch, with either
+    #: clock: an injected clock's instant, or Redis TIME (itself in whole microseconds)
+    #: plus the TTL, added exactly in the script.
     clock_resolution: ClassVar[timedelta] = _MICROSECOND
 
     def __init__(
         self,
         tasks: Iterable[Task],
-        clock: Clock,
+        clock: Clock | Literal["server"],
         board_id: str | None,
         delete_on_close: bool | None,
     ) -> None:
+        if isinstance(clock, str) and clock != "server":
+            raise ValueError(
+                f"{type(self).__name__}: clock must be a Clock or 'server', got {clock!r}"
+            )
         initial = list(tasks)
         seen: set[str] = set()
         for task in initial:
@@ -260,19 +359,30 @@ class _Core:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
 
-    def _now(self) -> str:
-        return str(_micros(self._clock.now()))
+    @property
+    def _sources(self) -> dict[str, str]:
+        """The Lua source of each script this board registers, by name."""
+        return SERVER_SCRIPTS if isinstance(self._clock, str) else SCRIPTS
+
+    # Each *_args matches its script's ARGV: an injected clock is read here, once, just
+    # before the script runs; with clock="server" the script reads TIME and gets the TTL.
 
     def _claim_args(self, task_id: str, agent: str, request: ClaimRequest) -> list[str]:
+        if isinstance(self._clock, str):  # "server"
+            return [task_id, agent, _ttl(request.ttl), secrets.token_hex(16)]
         now = _micros(self._clock.now())
         return [task_id, agent, str(now), _until(now, request.ttl), secrets.token_hex(16)]
 
     def _renew_args(self, task_id: str, token: str, request: ClaimRequest) -> list[str]:
+        if isinstance(self._clock, str):  # "server"
+            return [task_id, token, _ttl(request.ttl)]
         now = _micros(self._clock.now())
         return [task_id, token, str(now), _until(now, request.ttl)]
 
     def _finish_args(self, task_id: str, token: str, state: State) -> list[str]:
-        return [task_id, token, self._now(), state.value]
+        if isinstance(self._clock, str):  # "server"
+            return [task_id, token, state.value]
+        return [task_id, token, str(_micros(self._clock.now())), state.value]
 
 
 class RedisBoard(_Core):
@@ -285,11 +395,18 @@ class RedisBoard(_Core):
     script too: a consistent snapshot, sorted by id. The board is thread-safe:
     redis-py's connection pool hands each thread its own connection.
 
-    Time comes only from ``clock``: each call reads it just before its script
-    and passes ``now`` (and ``until``) as integer microseconds since the epoch;
-    the scripts never read Redis ``TIME``. ``until`` is stored exactly, and
-    compared exactly as decimal strings (Lua's numbers are doubles), so
-    :attr:`clock_resolution` is one microsecond.
+    Time comes from exactly one place. With a :class:`~taskboard.Clock`, each
+    call reads it just before its script and passes ``now`` (and ``until``) as
+    integer microseconds since the epoch; the scripts never read Redis
+    ``TIME``. With ``clock="server"``, each claim, renew, release, complete and
+    fail script reads Redis ``TIME`` itself (microseconds) and computes
+    ``until = now + ttl`` exactly, as decimal strings; the board then never
+    reads any Python clock, as a store that keeps its own time does, and only
+    a wall-clock test (SPEC section 7) can check it. Either way ``until`` is
+    stored exactly, and compared exactly as decimal strings (Lua's numbers are
+    doubles), so :attr:`clock_resolution` is one microsecond: the ``until`` a
+    claim or renew returns is exactly the stored one, and ``until - ttl`` is
+    the instant the script ran (with ``"server"``, the server's own clock).
 
     Storage (keys ``taskboard:{board_id}:<column>``; the ``{board_id}`` hash tag
     puts a board's keys in one cluster slot): one hash per column, task id to
@@ -318,7 +435,13 @@ class RedisBoard(_Core):
     Args:
         tasks: the initial tasks, stored as given if missing from the board
             (an initial lease's fence and token count as issued).
-        clock: the only source of time this board reads.
+        clock: the only source of time this board reads: a
+            :class:`~taskboard.Clock` (a ``ManualClock`` in tests), or
+            ``"server"`` for the Redis server's ``TIME``, read inside each
+            script (no Python clock is read then). A board with ``"server"``
+            cannot be tested with a manual clock: test it with the machine's
+            wall-clock mode (SPEC section 7), e.g. from a ``make_board(tasks,
+            clock)`` that ignores the ``SystemClock`` it is given.
         url_or_client: a ``redis://`` URL (the board makes a client and closes
             it at :meth:`close`) or a ``redis.Redis`` client (left open).
         board_id: attach to this board instead of making a new one
@@ -328,14 +451,15 @@ class RedisBoard(_Core):
             so one process leaving does not pull the board from under others.
 
     Raises:
-        ValueError: two initial tasks share an id, or ``board_id`` is malformed.
+        ValueError: two initial tasks share an id, ``board_id`` is malformed, or
+            ``clock`` is a string other than ``"server"``.
         redis.RedisError: the server could not be reached or refused a command.
     """
 
     def __init__(
         self,
         tasks: Iterable[Task],
-        clock: Clock,
+        clock: Clock | Literal["server"],
         url_or_client: str | redis.Redis,
         *,
         board_id: str | None = None,
@@ -349,7 +473,7 @@ class RedisBoard(_Core):
         )
         try:
             self._scripts = {
-                name: self._client.register_script(source) for name, source in SCRIPTS.items()
+                name: self._client.register_script(source) for name, source in self._sources.items()
             }
             if self._initial_args:
                 self._scripts["insert"](keys=self.keys, args=self._initial_args)
@@ -411,7 +535,8 @@ class RedisBoard(_Core):
         raise RuntimeError(f"{self!r}: could not mint an unused token")
 
     def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
-        """Recompute the lease's ``until`` from this board's clock (SPEC 3.5).
+        """Recompute the lease's ``until`` from this board's clock (SPEC 3.5): the injected
+        clock, or Redis ``TIME`` with ``clock="server"``.
 
         Token, fence and owner stay; ``seq`` grows.
 
@@ -480,18 +605,22 @@ class AsyncRedisBoard(_Core):
     closes the client if the board made it; idempotent.
 
     Args:
-        tasks, clock, board_id, delete_on_close: as for :class:`RedisBoard`.
+        tasks, board_id, delete_on_close: as for :class:`RedisBoard`.
+        clock: as for :class:`RedisBoard`: a :class:`~taskboard.Clock`, or
+            ``"server"`` for Redis ``TIME`` read inside each script (no Python
+            clock is read then; test such a board in wall-clock mode, SPEC 7).
         url_or_client: a ``redis://`` URL (the board makes a client and closes
             it at :meth:`aclose`) or a ``redis.asyncio.Redis`` client (left open).
 
     Raises:
-        ValueError: two initial tasks share an id, or ``board_id`` is malformed.
+        ValueError: two initial tasks share an id, ``board_id`` is malformed, or
+            ``clock`` is a string other than ``"server"``.
     """
 
     def __init__(
         self,
         tasks: Iterable[Task],
-        clock: Clock,
+        clock: Clock | Literal["server"],
         url_or_client: str | redis.asyncio.Redis,
         *,
         board_id: str | None = None,
@@ -505,7 +634,7 @@ class AsyncRedisBoard(_Core):
             else url_or_client
         )
         self._scripts = {
-            name: self._client.register_script(source) for name, source in SCRIPTS.items()
+            name: self._client.register_script(source) for name, source in self._sources.items()
         }
         self._ready = not self._initial_args
         self._ready_lock = asyncio.Lock()  # binds to the loop on first contended use
@@ -514,7 +643,7 @@ class AsyncRedisBoard(_Core):
     async def create(
         cls,
         tasks: Iterable[Task],
-        clock: Clock,
+        clock: Clock | Literal["server"],
         url_or_client: str | redis.asyncio.Redis,
         *,
         board_id: str | None = None,
@@ -702,6 +831,11 @@ def _reject(task_id: str, reply: Sequence[object]) -> NoReturn:
     if code == "expired":
         raise LeaseLostError(f"the lease on {task_id!r} expired; claim it again")
     raise RuntimeError(f"unexpected reply from a taskboard script: {reply!r}")
+
+
+def _ttl(ttl: timedelta) -> str:
+    """A TTL as a server-clock script's argument: microseconds, or ``""`` for no expiry."""
+    return str(ttl // _MICROSECOND) if ttl > timedelta(0) else ""
 
 
 def _until(now: int, ttl: timedelta) -> str:
