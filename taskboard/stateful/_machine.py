@@ -708,14 +708,14 @@ class BoardMachine(RuleBasedStateMachine):
         if how == "another task's":
             others = TASK_IDS[TASK_IDS.index(task) + 1 :] + TASK_IDS[: TASK_IDS.index(task)]
             token = next((t for o in others if (t := self._token_of(o, "latest"))), NEVER_ISSUED)
-            self._perform(Call(Op(op), task, token=token, ttl=self.tick))
+            self._perform(Call(Op(op), task, token=token, ttl=self.ttl_unit))
             return
         real = self._token_of(task, "latest")
         if real:
             ref = token_ref(real, self._labels, forgery=how, of=real)
         else:
             real, ref = NEVER_ISSUED, ""
-        self._perform(Call(Op(op), task, token=forge(real, how), ttl=self.tick), ref)
+        self._perform(Call(Op(op), task, token=forge(real, how), ttl=self.ttl_unit), ref)
 
     @rule(
         op=st.sampled_from(("claim", *TOKEN_OPS)),
@@ -729,7 +729,13 @@ class BoardMachine(RuleBasedStateMachine):
             return
         agent = "a1" if unknown else ""
         self._perform(
-            Call(Op(op), UNKNOWN_TASK_ID if unknown else task, agent=agent, token="", ttl=self.tick)
+            Call(
+                Op(op),
+                UNKNOWN_TASK_ID if unknown else task,
+                agent=agent,
+                token="",
+                ttl=self.ttl_unit,
+            )
         )
 
     def _token_of(self, task_id: str, holder: str) -> str:
