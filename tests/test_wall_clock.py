@@ -45,6 +45,7 @@ from taskboard.stateful import (
     trace_to_json,
 )
 from taskboard.stateful._machine import _LISTENERS, failures_reported, wall_ttl_unit
+from taskboard.stateful._trace import format_offset
 
 MS = timedelta(milliseconds=1)
 US = timedelta(microseconds=1)
@@ -461,3 +462,18 @@ def test_claim_request_ttl_unit_reaches_the_board() -> None:
     run_state_machine_as_test(wall(Recording), settings=settings(WALL, max_examples=5))
     assert seen
     assert all(ttl % (5 * MS) == timedelta(0) for ttl in seen)
+
+
+@pytest.mark.parametrize(
+    ("delta", "text"),
+    [
+        (timedelta(microseconds=8624), "8.624ms"),
+        (timedelta(microseconds=-1500), "-1.500ms"),
+        (timedelta(microseconds=999), "999us"),
+        (timedelta(milliseconds=5), "5ms"),
+        (timedelta(seconds=2, microseconds=7), "2000.007ms"),
+    ],
+)
+def test_trace_offsets_read_in_decimal_milliseconds(delta: timedelta, text: str) -> None:
+    """A trace shows a wall-clock offset of a millisecond or more in exact decimal ms."""
+    assert format_offset(delta) == text

@@ -51,7 +51,7 @@ from taskboard.model import (
 )
 from taskboard.model._calls import is_infrastructure_fault
 from taskboard.model._model import EXPIRED_LEASE_POLICIES, errors_in
-from taskboard.stateful._trace import FORGERIES, forge, render_step, token_ref
+from taskboard.stateful._trace import FORGERIES, forge, format_offset, render_step, token_ref
 from taskboard.stateful._tracefile import TRACE_DIR_ENV, Trace, Verdict, write_trace
 
 __all__ = ["BoardMachine", "InfrastructureFault"]
@@ -1034,7 +1034,7 @@ class BoardMachine(RuleBasedStateMachine):
         start = self.start_time
         earliest, latest = window.earliest - start, window.latest - start
         return (
-            f"+{format_duration(earliest)} .. +{format_duration(latest)} (SPEC 7: the call "
+            f"+{format_offset(earliest)} .. +{format_offset(latest)} (SPEC 7: the call "
             f"took effect at one instant of it, on the wall clock with skew "
             f"{format_duration(self.skew)})"
         )

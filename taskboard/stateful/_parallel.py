@@ -327,8 +327,12 @@ def _report(
         "contract violation in a concurrent history: no sequential order of these calls is "
         "allowed by the contract",
         "",
-        f"  clause    SPEC 3 and 5: every operation is atomic (linearizable), at "
-        f"clock {machine.clock.now().isoformat()}",
+        "  clause    SPEC 3 and 5: every operation is atomic (linearizable), "
+        + (
+            "each at an instant of its window on the wall clock (SPEC 7)"
+            if machine.wall
+            else f"at clock {machine.clock.now().isoformat()}"
+        ),
         "  longest order found: "
         + (" -> ".join(f"#{i}" for i in result.order) or "(none: no call can go first)"),
         "  cannot come next:",

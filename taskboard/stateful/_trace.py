@@ -8,7 +8,15 @@ from datetime import datetime, timedelta
 from taskboard._clock import as_utc
 from taskboard.model import Call, Op, Outcome, Step, format_duration
 
-__all__ = ["FORGERIES", "forge", "render_call", "render_step", "resolve_token", "token_ref"]
+__all__ = [
+    "FORGERIES",
+    "forge",
+    "format_offset",
+    "render_call",
+    "render_step",
+    "resolve_token",
+    "token_ref",
+]
 
 #: Ways to forge a token from a real one: close misses that catch stores comparing by prefix,
 #: truncating the token column, or folding case.
@@ -53,13 +61,25 @@ def resolve_token(ref: str, tokens_by_label: Mapping[str, str]) -> str:
     return forge(token, forgery) if forgery else token
 
 
+def format_offset(delta: timedelta) -> str:
+    """A duration as a trace shows it: exactly, as :func:`format_duration` does, but a
+    length of a millisecond or more that is not whole reads in decimal milliseconds
+    (``8.624ms``, not ``8624us``), as wall-clock times are."""
+    text = format_duration(delta)
+    if not text.endswith("us") or abs(delta) < timedelta(milliseconds=1):
+        return text
+    micros = abs(delta) // timedelta(microseconds=1)
+    sign = "-" if delta < timedelta(0) else ""
+    return f"{sign}{micros // 1000}.{micros % 1000:03d}ms"
+
+
 def render_step(
     step: Step, start: datetime, token_label: Callable[[str], str], *, marker: str = ""
 ) -> str:
     """One line of a trace: index, clock offset, what was done, what the board did."""
-    when = f"+{format_duration(step.at - start)}"
+    when = f"+{format_offset(step.at - start)}"
     if step.call is None:
-        moved = format_duration(step.advance or timedelta(0))
+        moved = format_offset(step.advance or timedelta(0))
         what = f"clock advances {moved}" if step.advance else "clock stays"
         text = what + (f"  ({step.note})" if step.note else "")
     else:
@@ -98,4 +118,4 @@ def _render_outcome(
         return f"{head} no expiry"
     if not isinstance(until, datetime):
         return f"{head} until={until!r}"
-    return f"{head} until +{format_duration(as_utc(until) - start)}"
+    return f"{head} until +{format_offset(as_utc(until) - start)}"
