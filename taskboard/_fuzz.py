@@ -188,6 +188,8 @@ class FuzzReport:
     #: True when the failure is an infrastructure fault, not a contract violation.
     fault: bool = False
     trace_file: str | None = None
+    #: SPEC 7: the clock the run judged time on, ``"manual"`` or ``"wall"``.
+    clock_mode: str = "manual"
 
     @property
     def steps_per_second(self) -> float:
@@ -417,6 +419,7 @@ def fuzz(
         )
     report.seconds = time.monotonic() - started
     report.workers = workers
+    report.clock_mode = overrides.get("clock_mode", machine.clock_mode)
     meter.close(report.examples, report.steps, int(report.failure is not None))
     return report
 

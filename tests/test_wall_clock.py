@@ -11,6 +11,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,9 +22,21 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskboard import Board, ClaimRequest, Clock, Lease, State, SystemClock, Task
+from taskboard import (
+    Board,
+    ClaimRequest,
+    Clock,
+    Lease,
+    LeaseLostError,
+    State,
+    SystemClock,
+    TakenError,
+    Task,
+)
 from taskboard._profiles import CI
 from taskboard.hosts.memory import MemoryBoard
+from taskboard.hosts.memory import _live as _memory_live
+from taskboard.hosts.memory import _until as _memory_until
 from taskboard.hosts.mutants import NonAtomicClaim, RenewWithoutTokenCheck, TakeoverKeepsFence
 from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.model import (
@@ -32,6 +46,7 @@ from taskboard.model import (
     Op,
     Operation,
     Outcome,
+    Step,
     Window,
     check_history,
 )
@@ -40,11 +55,13 @@ from taskboard.stateful import (
     BoardMachine,
     load_trace,
     parse_trace,
+    render_regression_test,
     replay_trace,
     run_parallel_state_machine,
     trace_to_json,
 )
 from taskboard.stateful._machine import _LISTENERS, failures_reported, wall_ttl_unit
+from taskboard.stateful._replay import _RecordedUntils
 from taskboard.stateful._trace import format_offset
 
 MS = timedelta(milliseconds=1)
@@ -431,6 +448,7 @@ def test_fuzz_runs_on_the_wall_clock(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "wall clock" in result.stderr
+    assert "boundary transitions at exactly until are left out" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -477,3 +495,89 @@ def test_claim_request_ttl_unit_reaches_the_board() -> None:
 def test_trace_offsets_read_in_decimal_milliseconds(delta: timedelta, text: str) -> None:
     """A trace shows a wall-clock offset of a millisecond or more in exact decimal ms."""
     assert format_offset(delta) == text
+
+
+class RenewCheckThenWrite(MemoryBoard):
+    """Renew checks the lease and writes in two steps: a takeover at the expiry boundary lands
+    in between, and the renew then stamps the new holder's lease."""
+
+    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
+        with self._lock:
+            task = self._get(task_id)
+            if not _memory_live(self._current_lease(task, token), self._clock.now()):
+                raise LeaseLostError(f"task {task_id!r}: the lease is lost")
+        time.sleep(0.001)  # a second round trip to the store
+        with self._lock:
+            task = self._tasks[task_id]
+            if task.lease is None:
+                raise LeaseLostError(f"task {task_id!r} has no lease")
+            lease = dataclasses.replace(
+                task.lease, until=_memory_until(self._clock.now(), request.ttl)
+            )
+            return self._put(dataclasses.replace(task, lease=lease, seq=task.seq + 1))
+
+
+def test_parallel_wall_mode_races_at_the_expiry_boundary() -> None:
+    """Expiry races start the threads just before a lease's until: a renew whose check and
+    write are two steps is caught when a takeover lands in between."""
+    with pytest.raises(ContractViolation, match="concurrent history"):
+        run_parallel_state_machine(wall(RenewCheckThenWrite), settings=CATCH)
+
+
+class GlitchOnce(MemoryBoard):
+    """One racing thread's first claim in this process wrongly says TakenError."""
+
+    glitched: ClassVar[bool] = False
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        if threading.current_thread() is not threading.main_thread():
+            with _GLITCH:
+                if not GlitchOnce.glitched:
+                    GlitchOnce.glitched = True
+                    raise TakenError(f"task {task_id!r} is taken (a glitch)")
+        return super().claim(task_id, agent, request)
+
+
+_GLITCH = threading.Lock()
+
+
+def test_an_unrepeated_parallel_failure_still_writes_its_trace(tmp_path: Path) -> None:
+    """A concurrent history that fails once and never again is reported with the note and its
+    program's trace file."""
+    GlitchOnce.glitched = False
+    machine = wall(GlitchOnce, trace_dir=str(tmp_path))
+    with pytest.raises(ContractViolation) as caught:
+        run_parallel_state_machine(machine, settings=settings(WALL, max_examples=50))
+    assert "did not recur" in str(caught.value)
+    assert caught.value.trace_file is not None
+    assert load_trace(caught.value.trace_file).program is not None
+
+
+def test_replay_lands_as_far_from_the_replayed_until_as_recorded() -> None:
+    """A wall-clock replay moves a landing near a lease's until to the same offset from that
+    lease's until on the new board, not from the start."""
+    machine = wall(MemoryBoard)()
+    try:
+        machine._begin([Task("t1")], T0)
+        machine._perform(Call(Op.CLAIM, "t1", agent="a1", ttl=50 * MS))
+        replayed_until = machine._untils[next(iter(machine._labels))]
+        assert replayed_until is not None
+        leases = _RecordedUntils()
+        recorded_until = T0 + 20 * MS
+        lease = Lease("original-token", 1, recorded_until)
+        claimed = Task("t1", state=State.CLAIMED, owner="a1", lease=lease, seq=1)
+        leases.follow(Step(1, T0, CLAIM_A2, Outcome(task=claimed)))
+        landing = Step(2, T0 + 5 * MS, advance=17 * MS, note="to 2ms after L1's until")
+        assert leases.anchored(landing, machine) == replayed_until + 2 * MS
+        assert leases.anchored(dataclasses.replace(landing, note=""), machine) is None
+    finally:
+        machine.teardown()
+
+
+def test_a_wall_regression_test_warns_that_timing_may_not_repeat(tmp_path: Path) -> None:
+    """A regression test rendered from a wall-clock trace says it may pass while the bug
+    remains; one from a manual trace does not."""
+    trace = load_trace(caught_trace(tmp_path))
+    assert "may pass while the bug remains" in render_regression_test(trace, "m:Board")
+    manual = dataclasses.replace(trace, clock_mode="manual")
+    assert "may pass while the bug remains" not in render_regression_test(manual, "m:Board")

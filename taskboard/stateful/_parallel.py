@@ -21,6 +21,7 @@ import threading
 import time
 import unittest
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from hypothesis import given, seed, settings
@@ -45,6 +46,7 @@ from taskboard.stateful._machine import (
     AGENTS,
     NEVER_ISSUED,
     TASK_IDS,
+    WALL_LONGEST_WAIT,
     BoardMachine,
     _in_final_replay,
     _raise_fault,
@@ -52,7 +54,7 @@ from taskboard.stateful._machine import (
     failures_reported,
     grid_start,
 )
-from taskboard.stateful._trace import render_call
+from taskboard.stateful._trace import format_offset, render_call
 from taskboard.stateful._tracefile import (
     ParallelOp,
     ParallelProgram,
@@ -99,18 +101,44 @@ def _ops(*, in_prefix: bool) -> st.SearchStrategy[ParallelOp]:
     if not in_prefix:
         return st.one_of(claims, actions)
     advances = st.builds(ParallelOp, st.just("advance"), tasks, ttl_ticks=st.integers(1, 5))
-    return st.one_of(claims, claims, actions, advances)
+    # The threads then race at a lease's expiry: a takeover against a renew or a complete.
+    expiries = st.builds(ParallelOp, st.just("expiry"), tasks, ttl_ticks=st.integers(0, 1))
+    return st.one_of(claims, claims, actions, advances, expiries)
 
 
 def programs() -> st.SearchStrategy[ParallelProgram]:
-    """Programs: a prefix of up to 6 steps, then 2 to 4 threads of 1 to 4 operations each."""
-    return st.builds(
+    """Programs: a prefix of up to 6 steps, then 2 to 4 threads of 1 to 4 operations each;
+    one in four is an :func:`expiry race <expiry_races>`."""
+    general = st.builds(
         ParallelProgram,
         # Half the programs have no dependencies at all, so every task can be raced for.
         st.one_of(st.just(dict.fromkeys(TASK_IDS, ())), dependency_graphs()),
         st.lists(_ops(in_prefix=True), max_size=6).map(tuple),
         _thread_lists(),
     )
+    return st.one_of(general, general, general, expiry_races())
+
+
+@st.composite
+def expiry_races(draw: st.DrawFn) -> ParallelProgram:
+    """A short lease on one task, the clock moved to its expiry, then threads that take over,
+    renew, complete or release it at once: a renew or complete that checks the lease and
+    writes in two steps lets a takeover land in between, which only a race at the boundary
+    shows (on the wall clock, the threads run across it)."""
+    task = TASK_IDS[0]
+    claim = ParallelOp("claim", task, draw(st.sampled_from(AGENTS)), "latest", 1)
+    expiry = ParallelOp("expiry", task, ttl_ticks=draw(st.integers(0, 3)))
+    racer = st.builds(
+        ParallelOp,
+        st.sampled_from(("claim", "renew", "complete", "claim", "release")),
+        st.just(task),
+        st.sampled_from(AGENTS),
+        st.just("latest"),
+        st.sampled_from((1, 5)),
+    )
+    threads = draw(st.lists(st.lists(racer, min_size=1, max_size=2), min_size=2, max_size=4))
+    deps: dict[str, tuple[str, ...]] = dict.fromkeys(TASK_IDS, ())
+    return ParallelProgram(deps, (claim, expiry), tuple(map(tuple, threads)))
 
 
 @st.composite
@@ -177,6 +205,8 @@ def run_program(
         for op in program.prefix:
             if op.op == "advance":
                 machine._move_clock(machine.clock.now() + op.ttl_ticks * machine.ttl_unit, "")
+            elif op.op == "expiry":
+                _move_to_expiry(machine, op)
             elif op.op == "claim" or machine._supports(op.op):
                 machine._perform(_call(machine, op, {}))
         history, snapshot = _run_threads(machine, program.threads)
@@ -188,12 +218,48 @@ def run_program(
             )
         if result.verdict == "not linearizable":
             violation = _report(machine, program, history, result)
+            verdict = Verdict(
+                None, violation.clause, violation.expected, violation.observed, str(violation)
+            )
+            # The program as a trace file, kept in case the race does not recur when replayed.
+            violation.recording = dataclasses.replace(
+                machine.to_trace(verdict), steps=(), program=program
+            )
             directory = machine._failure_record_dir() if record else None
             if directory:
                 _write_records(machine, program, history, result, violation, directory)
             raise violation
     finally:
         machine.teardown()
+
+
+#: On the wall clock, how far before a lease's until the threads of an expiry race start, per
+#: step of the op's ``ttl_ticks`` + 1: they take a fraction of a millisecond to get going.
+EXPIRY_LEAD = timedelta(microseconds=500)
+
+
+def _move_to_expiry(machine: BoardMachine, op: ParallelOp) -> None:
+    """Move the clock to ``op.task``'s lease's until (``ttl_ticks`` 0) or one tick before it, so
+    the threads race at its expiry. On the wall clock, sleep to ``ttl_ticks + 1`` times
+    :data:`EXPIRY_LEAD` before it, so that the threads run across it. No lease ending soon:
+    no move."""
+    task = machine.model.task(op.task)
+    lease = task.lease if task is not None else None
+    now = machine.clock.now()
+    if lease is None or lease.until is None or lease.until <= now:
+        return
+    until = lease.until
+    if machine.wall:
+        if until - now > WALL_LONGEST_WAIT * machine.ttl_unit:
+            return
+        lead = (op.ttl_ticks + 1) * EXPIRY_LEAD
+        target, where = until - lead, f"{format_offset(lead)} before"
+    elif op.ttl_ticks == 0:
+        target, where = until, "exactly at"
+    else:
+        target, where = until - machine.tick, "one tick before"
+    label = machine._label(lease.token)
+    machine._move_clock(max(target, now), f"to {where} {label}'s until, for the threads")
 
 
 def _rerun(
@@ -362,11 +428,7 @@ def _write_records(
     directory: str,
 ) -> None:
     # The program as a trace file (to replay on any board) and the history as a timeline.
-    verdict = Verdict(
-        None, violation.clause, violation.expected, violation.observed, str(violation)
-    )
-    trace = dataclasses.replace(machine.to_trace(verdict), steps=(), program=program)
-    path = write_trace(trace, directory)
+    path = write_trace(violation.recording, directory)
     page = path.with_name(path.stem.replace("trace-", "timeline-", 1) + ".html")
     page.write_text(timeline_html(history, result), encoding="utf-8")
     violation.trace_file = str(path)

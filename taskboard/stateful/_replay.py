@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
-from taskboard.model import ContractViolation, Op
+from taskboard._clock import as_utc
+from taskboard.model import ContractViolation, Op, Step
 from taskboard.stateful._machine import BoardFactory, BoardMachine, failures_reported
 from taskboard.stateful._trace import resolve_token
 from taskboard.stateful._tracefile import Trace
@@ -98,19 +100,54 @@ def _machine_for(board: BoardFactory | type[BoardMachine], trace: Trace) -> type
     return BoardMachine.for_board(cast(BoardFactory, board), **clock, expired_lease_policy=policy)
 
 
+class _RecordedUntils:
+    """The until of each lease as the recording saw it, by label (``L3``): on the wall clock a
+    step that landed just before or after a lease's until lands as close to it on replay."""
+
+    def __init__(self) -> None:
+        self.labels: dict[str, str] = {}
+        self.untils: dict[str, datetime] = {}
+
+    def follow(self, step: Step) -> None:
+        """Note the lease a recorded claim or renew returned."""
+        outcome = step.outcome
+        lease = outcome.task.lease if outcome and outcome.ok and outcome.task else None
+        if lease is None or not isinstance(lease.token, str):
+            return
+        label = self.labels.setdefault(lease.token, f"L{len(self.labels) + 1}")
+        if isinstance(lease.until, datetime):
+            self.untils[label] = as_utc(lease.until)
+
+    def anchored(self, step: Step, machine: BoardMachine) -> datetime | None:
+        """Where a clock step that landed near a lease's until lands on replay, or ``None``."""
+        landed = re.search(r"(L\d+)'s until", step.note)
+        if landed is None or landed.group(1) not in self.untils:
+            return None
+        label = landed.group(1)
+        token = next((t for t, name in machine._labels.items() if name == label), None)
+        until = machine._untils.get(token) if token is not None else None
+        if until is None:
+            return None
+        return until + (step.at + (step.advance or timedelta(0)) - self.untils[label])
+
+
 def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
     differences: list[str] = []
     steps_run = 0
     try:
         machine._begin(trace.tasks, trace.start)
         shift = machine.start_time - trace.start  # on the wall clock, the replay starts later
+        leases = _RecordedUntils()
         for step in trace.steps:
             steps_run += 1
             at = step.at + shift
             if step.call is None:
                 target = at + (step.advance or timedelta(0))
+                if machine.wall:  # land as far from the replayed lease's until as recorded
+                    target = leases.anchored(step, machine) or target
                 machine._move_clock(max(target, machine.clock.now()), step.note)
                 continue
+            leases.follow(step)
             if at > machine.clock.now():
                 machine._clock_to(at)
             call = step.call
