@@ -23,6 +23,7 @@ from taskboard._clock import CLOCK_MODES, as_utc
 from taskboard._contract import Lease, Task
 from taskboard._fuzz import (
     DEFAULT_TARGET,
+    MODES,
     FuzzReport,
     UsageError,
     fuzz,
@@ -116,9 +117,17 @@ def _parser() -> argparse.ArgumentParser:
         help=f"where failing traces go (default: ${TRACE_DIR_ENV} or ./taskboard-traces)",
     )
     fuzz_cmd.add_argument(
+        "--mode",
+        choices=MODES,
+        default="mixed",
+        help="mixed (default): sequential programs and parallel ones (several threads at once, "
+        "checked for linearizability) take turns; sequential: no threads, so races go "
+        "unchecked; parallel: threads only",
+    )
+    fuzz_cmd.add_argument(
         "--parallel",
         action="store_true",
-        help="run the parallel mode: several threads at once, checked for linearizability",
+        help="the same as --mode parallel",
     )
     fuzz_cmd.add_argument(
         "--call-timeout",
@@ -215,6 +224,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         trace_dir=args.trace_dir,
         progress=None if args.quiet else sys.stderr,
         parallel=args.parallel,
+        mode=args.mode,
         call_timeout=args.call_timeout,
         tolerate_faults=args.tolerate_faults,
         clock=args.clock,
@@ -240,10 +250,18 @@ def _summary(report: FuzzReport) -> str:
         if report.fault
         else "FAILED: a contract violation (below)"
     )
+    runs = f", {report.parallel_runs} parallel program runs" if report.parallel_runs else ""
     lines = [
         f"{report.examples} examples, {report.steps} steps in {report.seconds:.1f}s "
-        f"({report.steps_per_second:,.0f} steps/s, {report.workers} worker"
+        f"({report.steps_per_second:,.0f} steps/s{runs}, {report.workers} worker"
         f"{'s' if report.workers != 1 else ''}): {verdict}",
+    ]
+    if report.mode == "sequential":
+        lines.append(
+            "races were not checked: sequential programs only (--mode sequential); run "
+            "--mode mixed (the default) or --mode parallel to race threads"
+        )
+    lines += [
         "",
         "transition coverage (task state, operation -> outcome: count):",
     ]

@@ -122,6 +122,28 @@ def _race(
     return outcomes
 
 
+def _callers(
+    board: Board,
+    clients: Sequence[Board] | None,
+    count: int,
+    who: str,
+    task_id: str,
+    method: str,
+) -> list[tuple[str, Board]]:
+    """Who each participant calls, and how a report names it: ``board``, or its own client."""
+    if clients is None:
+        return [("board", board)] * count
+    if isinstance(clients, str) or not isinstance(clients, Sequence):
+        raise TypeError(f"clients must be a sequence of boards, one per {who}, got {clients!r}")
+    if len(clients) != count:
+        raise ValueError(
+            f"clients must hold one client per {who}: {count} {who}s, {len(clients)} clients"
+        )
+    for client in clients:
+        _check_target(client, task_id, method)
+    return [(f"clients[{i}]", client) for i, client in enumerate(clients)]
+
+
 def _verdict(errors: Sequence[Exception]) -> CriterionVerdict:
     """Contract errors (and misuse ValueErrors) are inconclusive; anything else is a fault."""
     if all(isinstance(exc, BoardError | ValueError) for exc in errors):
@@ -193,10 +215,13 @@ def _drives_async_boards(criterion: Criterion) -> Criterion:
     def run(*args: Any, **kwargs: Any) -> int:
         arguments = signature.bind(*args, **kwargs)
         board = arguments.arguments["board"]
+        clients = arguments.arguments.get("clients")
         if not is_async_board(board):
             return criterion(*args, **kwargs)
         driver = LoopDriver(None)
         arguments.arguments["board"] = driven(board, driver)
+        if isinstance(clients, Sequence) and not isinstance(clients, str):
+            arguments.arguments["clients"] = [driven(client, driver) for client in clients]
         try:
             return criterion(*arguments.args, **arguments.kwargs)
         finally:
@@ -213,6 +238,7 @@ def concurrent_claim(
     ttl: timedelta = timedelta(0),
     *,
     timeout: float = DEFAULT_TIMEOUT,
+    clients: Sequence[Board] | None = None,
 ) -> int:
     """Let every agent claim the same task at once and count the winners.
 
@@ -238,6 +264,11 @@ def concurrent_claim(
         ttl: The lease length every agent asks for (``ClaimRequest(ttl)``).
         timeout: Seconds, counted from the start line, within which every
             claim must return.
+        clients: SPEC 8: one client of ``board``'s storage per agent (each with
+            its own connection, as another process would open it); agent ``i``
+            claims through ``clients[i]``. ``None``: every agent claims through
+            ``board``. A claim that is atomic only inside one client object
+            passes with one board and fails with clients.
 
     Returns:
         The number of agents whose claim returned (0 or more than 1 is a
@@ -255,10 +286,11 @@ def concurrent_claim(
             Also raised, as an infrastructure fault, when the threads cannot be
             started.
         TypeError: ``agents`` is a string or holds a non-string, ``task_id`` is
-            not a string, ``board`` has no ``claim``, ``ttl`` is not a timedelta,
-            or ``timeout`` is not a number.
-        ValueError: ``agents`` is empty or holds an empty name, ``ttl`` is
-            negative, or ``timeout`` is not positive and finite.
+            not a string, ``board`` (or a client) has no ``claim``, ``ttl`` is not
+            a timedelta, or ``timeout`` is not a number.
+        ValueError: ``agents`` is empty or holds an empty name, ``clients`` does
+            not hold one client per agent, ``ttl`` is negative, or ``timeout`` is
+            not positive and finite.
     """
     _check_target(board, task_id, "claim")
     if isinstance(agents, str) or not isinstance(agents, Sequence):
@@ -273,13 +305,14 @@ def concurrent_claim(
             raise ValueError(f"agent names must not be empty (claim rejects them), got {agents!r}")
     request = ClaimRequest(ttl)
     seconds = _check_timeout(timeout)
+    callers = _callers(board, clients, len(agents), "agent", task_id, "claim")
 
     calls = [
         (
-            f"agent #{i} board.claim({task_id!r}, {agent!r}, {request!r})",
-            functools.partial(board.claim, task_id, agent, request),
+            f"agent #{i} {where}.claim({task_id!r}, {agent!r}, {request!r})",
+            functools.partial(caller.claim, task_id, agent, request),
         )
-        for i, agent in enumerate(agents)
+        for i, (agent, (where, caller)) in enumerate(zip(agents, callers, strict=True))
     ]
     with start_line(board, len(calls)):
         tally = _collect(_race(calls, seconds), TakenError)
@@ -311,6 +344,7 @@ def duplicate_token_submit(
     ttl: timedelta = timedelta(0),
     *,
     timeout: float = DEFAULT_TIMEOUT,
+    clients: Sequence[Board] | None = None,
 ) -> int:
     """Claim the task once, then let every worker complete it with that one token at once.
 
@@ -338,6 +372,9 @@ def duplicate_token_submit(
         timeout: Seconds the whole criterion may take, counted from the start
             of the set-up claim: the set-up claim and every submitter must
             return before then.
+        clients: SPEC 8: one client of ``board``'s storage per worker; worker
+            ``i`` completes through ``clients[i]`` (the set-up claim runs on
+            ``board``). ``None``: every worker completes through ``board``.
 
     Returns:
         The number of submitters whose complete returned (0 or more than 1 is a
@@ -360,14 +397,16 @@ def duplicate_token_submit(
         TypeError: ``workers`` is not an int, ``task_id`` is not a string,
             ``board`` lacks ``claim`` or ``complete``, ``ttl`` is not a timedelta,
             or ``timeout`` is not a number.
-        ValueError: ``workers`` is less than 1, ``ttl`` is negative, or
-            ``timeout`` is not positive and finite.
+        ValueError: ``workers`` is less than 1, ``clients`` does not hold one
+            client per worker, ``ttl`` is negative, or ``timeout`` is not
+            positive and finite.
     """
     _check_target(board, task_id, "claim", "complete")
     if isinstance(workers, bool) or not isinstance(workers, int):
         raise TypeError(f"workers must be an int, got {workers!r}")
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    callers = _callers(board, clients, workers, "worker", task_id, "complete")
     request = ClaimRequest(ttl)
     seconds = _check_timeout(timeout)
     deadline = time.monotonic() + seconds
@@ -406,10 +445,10 @@ def duplicate_token_submit(
 
     calls = [
         (
-            f"submitter #{i} board.complete({task_id!r}, <the set-up claim's token>)",
-            functools.partial(board.complete, task_id, token),
+            f"submitter #{i} {where}.complete({task_id!r}, <the set-up claim's token>)",
+            functools.partial(caller.complete, task_id, token),
         )
-        for i in range(workers)
+        for i, (where, caller) in enumerate(callers)
     ]
     with start_line(board, len(calls)):
         tally = _collect(_race(calls, seconds, deadline), LeaseLostError)

@@ -55,6 +55,10 @@ __all__ = [
 DEFAULT_TARGET = "taskboard.hosts.sqlite:SQLiteBoard"
 #: Examples per Hypothesis run; the budget is checked between runs.
 _BATCH = 50
+#: Parallel programs per batch (each runs three times on fresh boards, with threads).
+_PARALLEL_BATCH = 10
+#: How ``fuzz`` mixes sequential and parallel programs.
+MODES = ("mixed", "sequential", "parallel")
 #: Class attributes a fuzzing run sets on the machine for its duration, then restores.
 _PATCHED = (
     "trace_dir",
@@ -190,6 +194,10 @@ class FuzzReport:
     trace_file: str | None = None
     #: SPEC 7: the clock the run judged time on, ``"manual"`` or ``"wall"``.
     clock_mode: str = "manual"
+    #: Runs of parallel programs (threads at once, each program on fresh boards).
+    parallel_runs: int = 0
+    #: ``"mixed"``, ``"sequential"`` (races were not checked) or ``"parallel"``.
+    mode: str = "mixed"
 
     @property
     def steps_per_second(self) -> float:
@@ -200,7 +208,10 @@ class FuzzReport:
 @contextlib.contextmanager
 def _listening(report: FuzzReport, tick: Callable[[], None]) -> Iterator[None]:
     def listener(machine: BoardMachine) -> None:
-        report.examples += 1
+        if machine.in_parallel_program:
+            report.parallel_runs += 1
+        else:
+            report.examples += 1
         report.steps += len(machine.trace)
         report.transitions.update(machine.transitions)
         tick()
@@ -222,11 +233,10 @@ def _run_batches(
     trace_dir: str,
     report: FuzzReport,
     tick: Callable[[], None],
-    parallel: bool = False,
+    mode: str = "mixed",
     overrides: Mapping[str, Any] | None = None,
 ) -> None:
     register_profiles()
-    runner = run_parallel_state_machine if parallel else run_state_machine_as_test
     base = settings(settings.get_profile(NIGHTLY), database=database)
     saved = {name: machine.__dict__[name] for name in _PATCHED if name in machine.__dict__}
     machine.trace_dir = trace_dir
@@ -236,10 +246,15 @@ def _run_batches(
     try:
         with _listening(report, tick):
             while time.monotonic() < deadline:
-                left = None if max_examples is None else max_examples - report.examples
+                done = report.examples + report.parallel_runs
+                left = None if max_examples is None else max_examples - done
                 if left is not None and left <= 0:
                     break
-                batch = _BATCH if left is None else min(_BATCH, left)
+                # Mixed: sequential and parallel batches take turns.
+                parallel = mode == "parallel" or (mode == "mixed" and batch_index % 2 == 1)
+                runner = run_parallel_state_machine if parallel else run_state_machine_as_test
+                size = _PARALLEL_BATCH if parallel else _BATCH
+                batch = size if left is None else max(1, min(size, left // (3 if parallel else 1)))
                 if seed is not None:
                     hypothesis_seed(seed + batch_index)(machine)
                 batch_index += 1
@@ -281,7 +296,7 @@ def _worker(
     database: str | None,
     trace_dir: str,
     updates: Any,
-    parallel: bool,
+    mode: str,
     overrides: Mapping[str, Any],
 ) -> None:
     """One fuzzing process: runs batches and sends its counts to the parent."""
@@ -306,7 +321,7 @@ def _worker(
             trace_dir=trace_dir,
             report=report,
             tick=tick,
-            parallel=parallel,
+            mode=mode,
             overrides=overrides,
         )
     except Exception as exc:  # a crash in a worker is reported, not swallowed
@@ -346,6 +361,7 @@ def fuzz(
     trace_dir: str = "taskboard-traces",
     progress: TextIO | None = sys.stderr,
     parallel: bool = False,
+    mode: str = "mixed",
     call_timeout: float | None = None,
     tolerate_faults: bool = False,
     clock: str | None = None,
@@ -356,8 +372,10 @@ def fuzz(
 
     Stops at the first contract violation; its shrunk trace is written to ``trace_dir``
     and it is saved in the example database (``database``: a directory or ``redis://``
-    URL; ``None`` is Hypothesis's default), so the next run replays it first. With
-    ``parallel``, it runs the parallel mode (threads at once, checked for linearizability).
+    URL; ``None`` is Hypothesis's default), so the next run replays it first. ``mode``
+    ``"mixed"`` (the default) alternates batches of sequential programs with batches of
+    parallel ones (threads at once, checked for linearizability); ``"sequential"`` runs no
+    threads, so races go unchecked; ``"parallel"`` (or ``parallel=True``) only threads.
     ``call_timeout`` (seconds; 0: no limit) and ``tolerate_faults`` override the
     machine's own settings (``None`` and ``False`` keep them); an infrastructure
     fault also stops the run, with ``report.fault`` set. ``clock`` (``"manual"`` or
@@ -369,6 +387,10 @@ def fuzz(
         UsageError: a bad target, database or argument.
     """
     machine, opened = check_options(target, workers, max_examples, database)
+    if mode not in MODES:
+        raise UsageError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if parallel:
+        mode = "parallel"
     overrides: dict[str, Any] = {}
     if call_timeout is not None:
         if not call_timeout >= 0 or call_timeout == float("inf"):
@@ -401,7 +423,7 @@ def fuzz(
             trace_dir=trace_dir,
             report=report,
             tick=lambda: meter.show(report.examples, report.steps, 0),
-            parallel=parallel,
+            mode=mode,
             overrides=overrides,
         )
     else:
@@ -414,11 +436,12 @@ def fuzz(
             database,
             trace_dir,
             meter,
-            parallel,
+            mode,
             overrides,
         )
     report.seconds = time.monotonic() - started
     report.workers = workers
+    report.mode = mode
     report.clock_mode = overrides.get("clock_mode", machine.clock_mode)
     meter.close(report.examples, report.steps, int(report.failure is not None))
     return report
@@ -433,7 +456,7 @@ def _fuzz_in_processes(
     database: str | None,
     trace_dir: str,
     meter: _Progress,
-    parallel: bool,
+    mode: str,
     overrides: Mapping[str, Any],
 ) -> FuzzReport:
     context = multiprocessing.get_context("spawn")
@@ -453,7 +476,7 @@ def _fuzz_in_processes(
                 database,
                 trace_dir,
                 updates,
-                parallel,
+                mode,
                 overrides,
             ),
             daemon=True,
@@ -482,6 +505,7 @@ def _fuzz_in_processes(
                 finished += 1
                 done: FuzzReport = first
                 counts[index] = (done.examples, done.steps)
+                total.parallel_runs += done.parallel_runs
                 total.transitions.update(done.transitions)
                 if done.failure and total.failure is None:
                     total.failure, total.trace_file = done.failure, done.trace_file

@@ -14,7 +14,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from taskboard._clock import Clock, ClockMode, ManualClock, SystemClock, as_utc
 from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard, State, Task
 from taskboard._criteria import concurrent_claim, duplicate_token_submit
-from taskboard._driver import Driver, close_driven, make_driven
+from taskboard._driver import Driver, _Driven, close_driven, driven, make_driven
 from taskboard._errors import (
     BlockedError,
     LeaseLostError,
@@ -25,6 +25,7 @@ from taskboard._errors import (
 from taskboard.model import ExpiredLeasePolicy
 from taskboard.stateful import BoardMachine, run_parallel_state_machine
 from taskboard.stateful._machine import (
+    close_own,
     failures_reported,
     grid_start,
     sleep_until,
@@ -100,6 +101,36 @@ class BoardContract:
         May be ``async def``; ``board`` is what :meth:`make_board` returned.
         """
 
+    def open_client(self, board: Any) -> Any:
+        """Optional (SPEC 8): another client of the same storage as ``board``, as another
+        process would open it. When defined, the parallel mode runs every thread on a client
+        of its own, and both criteria race one client per participant. May be ``async def``.
+        """
+        raise NotImplementedError
+
+    def close_client(self, client: Any) -> Any:
+        """Release what :meth:`open_client` acquired: by default the client's own ``aclose()``
+        or ``close()``, unless the client is the board itself. May be ``async def``."""
+        return None if client in getattr(self, "_boards_made", ()) else close_own(client)
+
+    @property
+    def has_clients(self) -> bool:
+        """True when the class defines :meth:`open_client` (SPEC 8)."""
+        return type(self).open_client is not BoardContract.open_client
+
+    def clients_of(self, board: Board, count: int) -> list[Board] | None:
+        """``count`` clients of ``board`` (one made by ``open_board``), closed after the test;
+        ``None`` when the class defines no :meth:`open_client`."""
+        if not self.has_clients:
+            return None
+        assert isinstance(board, _Driven), "clients_of takes a board from open_board"
+        clients = []
+        for _ in range(count):
+            raw = board.driver.call(self.open_client, board.board)
+            self._clients_opened.append((raw, board.driver))
+            clients.append(driven(raw, board.driver))
+        return clients
+
     # -- fixtures ------------------------------------------------------------------------------
 
     @pytest.fixture
@@ -118,23 +149,31 @@ class BoardContract:
         ``close_board``; calls are cut off after ``call_timeout``.
         """
         opened: list[tuple[Any, Driver]] = []
+        self._boards_made: list[Any] = []
+        self._clients_opened: list[tuple[Any, Driver]] = []
 
         def factory(*tasks: Task) -> Board:
             made, board, driver = make_driven(
                 self.make_board, (list(tasks), clock), self.call_timeout
             )
             opened.append((made, driver))
+            self._boards_made.append(made)
             return board
 
         yield factory
         errors: list[Exception] = []
+        for client, driver in self._clients_opened:  # clients first, then their boards
+            try:
+                driver.call(self.close_client, client)
+            except Exception as exc:
+                errors.append(exc)
         for made, driver in opened:  # each board is closed, whatever the others do
             try:
                 close_driven(self.close_board, made, driver)
             except Exception as exc:
                 errors.append(exc)
         if errors:
-            raise ExceptionGroup("close_board failed", errors)
+            raise ExceptionGroup("close_client or close_board failed", errors)
 
     @property
     def tick(self) -> timedelta:
@@ -534,9 +573,13 @@ class BoardContract:
 
     def _machine_class(self, suffix: str) -> type[BoardMachine]:
         """A BoardMachine on this class's hooks and settings, named after the class."""
+        clients: dict[str, Any] = {}
+        if self.has_clients:
+            clients = {"open_client": self.open_client, "close_client": self.close_client}
         machine = BoardMachine.for_board(
             self.make_board,
             close=self.close_board,
+            **clients,
             clock_resolution=self.clock_resolution,
             clock_mode=self.clock_mode,
             clock_skew=self.clock_skew,
@@ -568,14 +611,18 @@ class BoardContract:
         agents = ["a1", "a2"] * (self.criteria_participants // 2) or ["a1"]
         for round_ in range(self.criteria_rounds):
             board = open_board(Task("race"))
-            winners = concurrent_claim(board, "race", agents)
+            clients = self.clients_of(board, len(agents))
+            winners = concurrent_claim(board, "race", agents, clients=clients)
             assert winners == 1, f"round {round_ + 1}: {winners} agents won the same claim"
 
     def test_duplicate_token_submit_has_exactly_one_success(self, open_board: OpenBoard) -> None:
         """SPEC 5: workers completing with one token at once: exactly one succeeds, each round."""
         for round_ in range(self.criteria_rounds):
             board = open_board(Task("race"))
-            successes = duplicate_token_submit(board, "race", self.criteria_participants)
+            clients = self.clients_of(board, self.criteria_participants)
+            successes = duplicate_token_submit(
+                board, "race", self.criteria_participants, clients=clients
+            )
             assert successes == 1, f"round {round_ + 1}: {successes} completes with one token"
 
 

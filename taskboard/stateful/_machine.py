@@ -33,7 +33,7 @@ from hypothesis.strategies._internal.featureflags import FeatureFlags, FeatureSt
 from taskboard._check import check
 from taskboard._clock import CLOCK_MODES, Clock, ClockMode, ManualClock, SystemClock, as_utc
 from taskboard._contract import Board, FailingBoard, RenewingBoard, State, Task
-from taskboard._driver import CallTimeoutError, Driver, close_driven, make_driven
+from taskboard._driver import CallTimeoutError, Driver, close_driven, driven, make_driven
 from taskboard._errors import BoardError
 from taskboard.model import (
     BoardModel,
@@ -268,6 +268,32 @@ def _in_final_replay() -> bool:
         return False
 
 
+def close_own(resource: Any) -> Any:
+    """Call ``resource``'s own ``aclose()`` or ``close()``, if it has one."""
+    own_close = getattr(resource, "aclose", None) or getattr(resource, "close", None)
+    return own_close() if callable(own_close) else None
+
+
+def _client_hook(function: Callable[[Any], Any], *, skip_board: bool = False) -> Callable[..., Any]:
+    """A machine hook ``(self, board_or_client)`` that calls ``function`` (awaited if async);
+    with ``skip_board``, not on the board itself (a store whose only client is the board)."""
+    if inspect.iscoroutinefunction(function):
+
+        async def async_hook(self: BoardMachine, target: Any) -> Any:
+            if skip_board and target is self.made_board:
+                return None
+            return await function(target)
+
+        return async_hook
+
+    def hook(self: BoardMachine, target: Any) -> Any:
+        if skip_board and target is self.made_board:
+            return None
+        return function(target)
+
+    return hook
+
+
 def _async_make_board(factory: Callable[..., Any]) -> Callable[..., Any]:
     async def make_board(self: BoardMachine, tasks: Sequence[Task], clock: Clock) -> Any:
         return await factory(tasks, clock)
@@ -419,6 +445,8 @@ class BoardMachine(RuleBasedStateMachine):
         # Every lease's latest until, and the leases their holders gave up (released, ...).
         self._untils: dict[str, datetime | None] = {}
         self._given_up: set[str] = set()
+        #: True for a run of a parallel program (its threads' calls are not in ``trace``).
+        self.in_parallel_program = False
         #: How often each (task state, operation, outcome) transition ran in this example.
         self.transitions: Counter[tuple[str, str, str]] = Counter()
 
@@ -498,6 +526,8 @@ class BoardMachine(RuleBasedStateMachine):
         factory: BoardFactory,
         *,
         close: Callable[[Any], Any] | None = None,
+        open_client: Callable[[Any], Any] | None = None,
+        close_client: Callable[[Any], Any] | None = None,
         **attributes: Any,
     ) -> type[BoardMachine]:
         """A machine class whose boards come from ``factory(tasks, clock)``.
@@ -508,7 +538,10 @@ class BoardMachine(RuleBasedStateMachine):
         them, and ``attributes`` set any class attribute (``clock_mode="wall"``, say).
         Boards are closed with ``close(board)``, or with their own ``aclose()`` or
         ``close()`` method; an ``async def`` factory or closer is awaited on the
-        machine's loop.
+        machine's loop. Clients (SPEC 8) come from ``open_client(board)``, or from the
+        factory's own ``open_client`` attribute (a board class's ``open_client`` method
+        will do), and are closed with ``close_client(client)`` or their own ``aclose()``
+        or ``close()``; with neither, every thread shares the board.
         """
         name = getattr(factory, "__name__", type(factory).__name__)
         namespace: dict[str, Any] = {
@@ -527,10 +560,15 @@ class BoardMachine(RuleBasedStateMachine):
         def close_board(self: BoardMachine, board: Board) -> Any:
             if close is not None:
                 return close(board)
-            own_close = getattr(board, "aclose", None) or getattr(board, "close", None)
-            return own_close() if callable(own_close) else None
+            return close_own(board)
 
         namespace.update(make_board=make_board, close_board=close_board)
+        opener = open_client or getattr(factory, "open_client", None)
+        if opener is not None:
+            namespace.update(
+                open_client=_client_hook(opener),
+                close_client=_client_hook(close_client or close_own, skip_board=True),
+            )
         # Replay the trace against the factory itself when it can be imported by name.
         qualname = getattr(factory, "__qualname__", "<unknown>")
         importable = not inspect.ismethod(factory) and "<" not in qualname
@@ -554,6 +592,66 @@ class BoardMachine(RuleBasedStateMachine):
         docstring for the event loop they run on).
         """
         raise NotImplementedError
+
+    def open_client(self, board: Any) -> Any:
+        """Optional (SPEC 8): another client of the same storage as ``board``, as another
+        process would open it: its own connection, pool, cache and locks.
+
+        ``board`` is what :meth:`make_board` returned. When a machine defines this hook,
+        the parallel mode runs every thread on a client of its own (the prefix runs on
+        ``board``), so a claim that is atomic only inside one client object is caught.
+        May be ``async def`` when ``make_board`` is. Not defined: every thread shares
+        ``board``.
+        """
+        raise NotImplementedError
+
+    def close_client(self, client: Any) -> Any:
+        """Release what :meth:`open_client` acquired: by default the client's own ``aclose()``
+        or ``close()``, unless the client is the board itself. May be ``async def``."""
+        if client is not self.made_board:
+            return close_own(client)
+        return None
+
+    @classmethod
+    def has_clients(cls) -> bool:
+        """True when the machine defines :meth:`open_client` (SPEC 8)."""
+        return cls.open_client is not BoardMachine.open_client
+
+    def open_clients(self, count: int) -> list[tuple[Any, Board]]:
+        """``count`` clients of the board from :meth:`open_client`, each as opened and as the
+        machine calls it (through the board's driver).
+
+        Raises:
+            InfrastructureFault: ``open_client`` raised, or returned no Board.
+        """
+        assert self._driver is not None
+        clients: list[tuple[Any, Board]] = []
+        for _ in range(count):
+            try:
+                raw = self._driver.call(self.open_client, self.made_board)
+            except Exception as exc:
+                self.close_clients(clients)
+                _raise_fault(self._fault(exc, None, "open_client(board)"))
+            if not isinstance(raw, Board):
+                self.close_clients(clients)
+                raise TypeError(
+                    f"{type(self).__qualname__}.open_client returned {raw!r}, which is not a "
+                    "Board (it needs list_tasks, claim, release and complete)"
+                )
+            clients.append((raw, driven(raw, self._driver)))
+        return clients
+
+    def close_clients(self, clients: Sequence[tuple[Any, Board]]) -> None:
+        """Hand every client to :meth:`close_client`; the first failure is a fault."""
+        assert self._driver is not None
+        errors = []
+        for raw, _ in clients:
+            try:
+                self._driver.call(self.close_client, raw)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            _raise_fault(self._fault(errors[0], None, "close_client(client)"))
 
     def close_board(self, board: Any) -> Any:
         """Release what :meth:`make_board` acquired; runs at the end of every example.

@@ -199,6 +199,7 @@ def run_program(
     directory, if one is configured.
     """
     machine = machine_cls()
+    machine.in_parallel_program = True
     try:
         tasks = [Task(id=t, title=f"task {t}", deps=program.deps[t]) for t in TASK_IDS]
         machine._begin(tasks, grid_start(machine.tick))
@@ -324,6 +325,9 @@ def _run_threads(
     assert machine.board is not None
     board = machine.board
     clock, wall, skew = machine.clock, machine.wall, machine.skew
+    # SPEC 8: with clients, every thread calls a client of its own, as another process would.
+    clients = machine.open_clients(len(threads)) if machine.has_clients() else []
+    callers = [client for _, client in clients] or [board] * len(threads)
     barrier = threading.Barrier(len(threads))
     records: list[list[Operation]] = [[] for _ in threads]
     ids = iter(range(10**9))
@@ -344,7 +348,7 @@ def _run_threads(
             invoked = time.monotonic()
             outcome: Outcome | None
             try:
-                outcome = Outcome.returned(call.invoke(board))
+                outcome = Outcome.returned(call.invoke(callers[index]))
             except Exception as exc:
                 # An infrastructure fault may or may not have applied: ambiguous, None.
                 outcome = None if is_infrastructure_fault(exc) else Outcome.raised(exc)
@@ -369,6 +373,10 @@ def _run_threads(
             f"the racing threads' calls did not return within {THREAD_TIMEOUT:g} s"
         )
         _raise_fault(machine._fault(hung, None, "the racing threads"))
+    try:
+        snapshot = machine._snapshot(None)
+    finally:
+        machine.close_clients(clients)
     history = [op for ops in records for op in ops]
     if wall:
         ended = clock.now()
@@ -378,7 +386,7 @@ def _run_threads(
             else op
             for op in history
         ]
-    return history, machine._snapshot(None)
+    return history, snapshot
 
 
 def _report(
@@ -405,9 +413,11 @@ def _report(
     ]
     for op_id, reason in zip(result.stuck, result.reasons, strict=False):
         lines.append(f"    #{op_id} {_describe(by_id[op_id], machine)}: {reason}")
-    lines += ["", "per thread (times in microseconds from the first invocation):"]
+    clients = machine.has_clients()
+    each = ", each on a client of its own (SPEC 8)" if clients else ", all on one board"
+    lines += ["", f"per thread{each} (times in microseconds from the first invocation):"]
     for thread in sorted({op.thread for op in history}):
-        lines.append(f"  thread {thread}:")
+        lines.append(f"  {_lane(thread, clients)}:")
         for op in sorted((o for o in history if o.thread == thread), key=lambda o: o.invoked):
             mark = "!!" if op.id in result.stuck else "  "
             span = f"[{_us(op.invoked - start)}..{_us(op.returned - start)}]"
@@ -430,7 +440,7 @@ def _write_records(
     # The program as a trace file (to replay on any board) and the history as a timeline.
     path = write_trace(violation.recording, directory)
     page = path.with_name(path.stem.replace("trace-", "timeline-", 1) + ".html")
-    page.write_text(timeline_html(history, result), encoding="utf-8")
+    page.write_text(timeline_html(history, result, clients=machine.has_clients()), encoding="utf-8")
     violation.trace_file = str(path)
     violation.args = (
         f"{violation.args[0]}\n\ntrace written to {path}; replay it with: taskboard replay "
@@ -448,12 +458,21 @@ def _describe(op: Operation, machine: BoardMachine) -> str:
     return f"{what} -> ok" + (f" fence={lease.fence!r}" if lease else "")
 
 
+def _lane(thread: int, clients: bool) -> str:
+    return f"thread {thread} (client {thread})" if clients else f"thread {thread}"
+
+
 def _us(seconds: float) -> str:
     return "inf" if math.isinf(seconds) else str(round(seconds * 1e6))
 
 
-def timeline_html(history: Sequence[Operation], result: LinearizabilityResult) -> str:
-    """A self-contained HTML page: one lane per thread, one bar per call, stuck calls red."""
+def timeline_html(
+    history: Sequence[Operation], result: LinearizabilityResult, *, clients: bool = False
+) -> str:
+    """A self-contained HTML page: one lane per thread, one bar per call, stuck calls red.
+
+    Each lane is labelled with its thread and, when every thread ran on a client of its own
+    (``clients``, SPEC 8), its client."""
     start = min((op.invoked for op in history), default=0.0)
     finite = [op.returned for op in history if not math.isinf(op.returned)]
     end = max(finite, default=start + 1e-6)
@@ -461,6 +480,10 @@ def timeline_html(history: Sequence[Operation], result: LinearizabilityResult) -
     lanes = sorted({op.thread for op in history})
     rows = []
     for lane, thread in enumerate(lanes):
+        rows.append(
+            f'<div class="lane" style="top:{lane * 40 + 20}px">'
+            f"{html.escape(_lane(thread, clients))}</div>"
+        )
         for op in (o for o in history if o.thread == thread):
             left = 100 * (op.invoked - start) / span
             right = 100 if math.isinf(op.returned) else 100 * (op.returned - start) / span
@@ -469,8 +492,8 @@ def timeline_html(history: Sequence[Operation], result: LinearizabilityResult) -
             label = html.escape(f"#{op.id} {op.call.op} {op.call.task_id} -> {result_text}")
             rows.append(
                 f'<div class="op" title="{label}" style="top:{lane * 40 + 20}px;'
-                f'left:{left:.3f}%;width:{max(right - left, 0.5):.3f}%;background:{color}">'
-                f"{label}</div>"
+                f"left:calc(120px + {left:.3f}% * 0.85);width:{max(right - left, 0.5) * 0.85:.3f}%;"
+                f'background:{color}">{label}</div>'
             )
     order = html.escape(" -> ".join(f"#{i}" for i in result.order))
     return (
@@ -478,11 +501,14 @@ def timeline_html(history: Sequence[Operation], result: LinearizabilityResult) -
         "<style>body{font:13px sans-serif}.lanes{position:relative;height:"
         f"{len(lanes) * 40 + 40}px;border:1px solid #ccc}}.op{{position:absolute;height:28px;"
         "color:#fff;overflow:hidden;white-space:nowrap;border-radius:3px;font-size:11px;"
-        "padding:2px}</style>"
+        "padding:2px}.lane{position:absolute;left:4px;width:110px;font-size:11px;"
+        "line-height:28px;color:#333}</style>"
         f"<h1>{html.escape(result.verdict)}</h1><p>longest order found: {order}</p>"
         f'<div class="lanes">{"".join(rows)}</div>'
-        "<p>One lane per thread; a bar runs from invocation to response. Red: calls that "
-        "cannot come next in any order the contract allows.</p>"
+        "<p>One lane per thread"
+        + (", each on a client of its own" if clients else "")
+        + "; a bar runs from invocation to response. Red: calls that cannot come next in any "
+        "order the contract allows.</p>"
     )
 
 
