@@ -130,6 +130,13 @@ def _parser() -> argparse.ArgumentParser:
         help="the same as --mode parallel",
     )
     fuzz_cmd.add_argument(
+        "--processes",
+        action="store_true",
+        help="run each thread of a parallel program in an OS process of its own, on a client "
+        "it opens by unpickling the board (the board must pickle as a client of the same "
+        "storage: a file path or a URL)",
+    )
+    fuzz_cmd.add_argument(
         "--call-timeout",
         type=float,
         metavar="SECONDS",
@@ -225,6 +232,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         progress=None if args.quiet else sys.stderr,
         parallel=args.parallel,
         mode=args.mode,
+        processes=args.processes,
         call_timeout=args.call_timeout,
         tolerate_faults=args.tolerate_faults,
         clock=args.clock,

@@ -98,3 +98,11 @@ class ManualClock:
 
     def __repr__(self) -> str:
         return f"ManualClock({self.now().isoformat()})"
+
+    def __reduce__(self) -> tuple[type[ManualClock], tuple[datetime]]:
+        """Pickle as a new clock at this one's current instant (its lock is not state).
+
+        The copy (in another process, say) moves on its own: moving one clock does
+        not move the other.
+        """
+        return (ManualClock, (self.now(),))

@@ -28,16 +28,20 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard._clock import CLOCK_MODES
+from taskboard._contract import Task
 from taskboard._profiles import NIGHTLY, register_profiles
 from taskboard.model import ContractViolation, violations_in
 from taskboard.model._model import errors_in
 from taskboard.stateful._machine import (
     _LISTENERS,
+    TASK_IDS,
     BoardMachine,
     InfrastructureFault,
     failures_reported,
+    grid_start,
 )
 from taskboard.stateful._parallel import run_parallel_state_machine
+from taskboard.stateful._processes import address_of
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -67,6 +71,7 @@ _PATCHED = (
     "tolerate_faults",
     "clock_mode",
     "clock_skew",
+    "parallel_processes",
 )
 
 
@@ -330,6 +335,26 @@ def _worker(
     updates.put(("done", index, report, None))
 
 
+def _check_pickles_as_client(machine: type[BoardMachine]) -> None:
+    """Make one board and check that it pickles, as ``--processes`` needs; other trouble
+    making it is left for the run to report as what it is.
+
+    Raises:
+        UsageError: the board does not pickle as a client of its storage.
+    """
+    probe = machine()
+    try:
+        probe._begin([Task(task_id) for task_id in TASK_IDS], grid_start(probe.tick))
+        address_of(probe.made_board)
+    except TypeError as exc:
+        raise UsageError(str(exc)) from None
+    except Exception:  # the run will meet it again and report it properly
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            probe.teardown()
+
+
 def check_options(
     target: str, workers: int, max_examples: int | None, database: str | None
 ) -> tuple[type[BoardMachine], ExampleDatabase | None]:
@@ -366,6 +391,7 @@ def fuzz(
     tolerate_faults: bool = False,
     clock: str | None = None,
     clock_skew: float | None = None,
+    processes: bool = False,
     on_start: Callable[[], None] | None = None,
 ) -> FuzzReport:
     """Fuzz ``target`` until the budget (seconds) or ``max_examples`` runs out, or a failure.
@@ -380,7 +406,9 @@ def fuzz(
     machine's own settings (``None`` and ``False`` keep them); an infrastructure
     fault also stops the run, with ``report.fault`` set. ``clock`` (``"manual"`` or
     ``"wall"``, SPEC 7) and ``clock_skew`` (milliseconds) override the machine's
-    ``clock_mode`` and ``clock_skew`` likewise.
+    ``clock_mode`` and ``clock_skew`` likewise. ``processes`` runs each thread of a
+    parallel program in an OS process of its own, on a client it opens by unpickling the
+    board (SPEC 8).
     ``on_start`` is called once the options have been checked, before anything runs.
 
     Raises:
@@ -392,6 +420,11 @@ def fuzz(
     if parallel:
         mode = "parallel"
     overrides: dict[str, Any] = {}
+    if processes:
+        if mode == "sequential":
+            raise UsageError("--processes runs parallel programs: use it without --mode sequential")
+        overrides["parallel_processes"] = True
+        _check_pickles_as_client(machine)
     if call_timeout is not None:
         if not call_timeout >= 0 or call_timeout == float("inf"):
             raise UsageError(f"--call-timeout must be a number of seconds >= 0, got {call_timeout}")

@@ -1,13 +1,18 @@
 """One board shared by several processes that race to claim one task, round by round.
 
-Each process opens the board (a picklable ``open_board()`` that returns a context
-manager), all at once, then claims ``hot`` once per round from a barrier; the winner
-lets go (release, fail, or complete in the last round) before the next round.
+Each process attaches to the board (a picklable ``open_board()`` that returns a board,
+a context manager, attached rather than owning it), all at once, so set-up races too.
+Then each opens its racing client as SPEC 8 says another process does: it pickles its
+board and sends it to the next process, and unpickles the one it receives, which opens
+a new client of the same storage. Each claims ``hot`` once per round from a barrier on
+that client; the winner lets go (release, fail, or complete in the last round) before
+the next round.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import queue
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -27,35 +32,49 @@ OpenBoard = Callable[[], AbstractContextManager[Any]]
 Outcome = tuple[str, int, str, int]
 
 
-def _contender(open_board: OpenBoard, index: int, barrier: Barrier, results: Any) -> None:
-    """One process: open the board with the others, then claim "hot" once per round."""
+def _contender(
+    open_board: OpenBoard, index: int, barrier: Barrier, inboxes: list[Any], results: Any
+) -> None:
+    """One process: attach to the board with the others, open a client from the board the
+    previous process pickled, then claim "hot" on it once per round."""
     outcomes: list[Outcome] = []
     try:
-        barrier.wait(WAIT)  # every process opens the board at once: set-up races too
-        with open_board() as board:
-            for round_ in range(ROUNDS):
-                barrier.wait(WAIT)
-                token = ""
-                try:
-                    won = board.claim("hot", f"agent{index % 2}", ClaimRequest())
-                except TakenError:
-                    outcomes.append(("lost", round_, "", 0))
-                else:
-                    assert won.lease is not None
-                    token = won.lease.token
-                    outcomes.append(("won", round_, token, won.lease.fence))
-                barrier.wait(WAIT)  # every claim of this round is in before the winner lets go
-                if token and round_ == ROUNDS - 1:
-                    board.complete("hot", token)
-                elif token and round_ % 2:
-                    board.fail("hot", token)
-                elif token:
-                    board.release("hot", token)
-                barrier.wait(WAIT)
+        barrier.wait(WAIT)  # every process attaches at once: set-up races too
+        with open_board() as attached:
+            inboxes[(index + 1) % PROCESSES].put(pickle.dumps(attached))
+            barrier.wait(WAIT)  # every board is pickled and sent
+            sent = inboxes[index].get(timeout=WAIT)
+            # SPEC 8: unpickling a board another process sent opens a new client of the
+            # same storage; every process opens its own right after the barrier above.
+            with pickle.loads(sent) as board:
+                _claim_rounds(board, index, barrier, outcomes)
         results.put((index, "ok", outcomes))
     except BaseException as exc:
         barrier.abort()
         results.put((index, "error", repr(exc)))
+
+
+def _claim_rounds(board: Any, index: int, barrier: Barrier, outcomes: list[Outcome]) -> None:
+    """Claim "hot" once per round on ``board``; the winner lets go before the next round."""
+    for round_ in range(ROUNDS):
+        barrier.wait(WAIT)
+        token = ""
+        try:
+            won = board.claim("hot", f"agent{index % 2}", ClaimRequest())
+        except TakenError:
+            outcomes.append(("lost", round_, "", 0))
+        else:
+            assert won.lease is not None
+            token = won.lease.token
+            outcomes.append(("won", round_, token, won.lease.fence))
+        barrier.wait(WAIT)  # every claim of this round is in before the winner lets go
+        if token and round_ == ROUNDS - 1:
+            board.complete("hot", token)
+        elif token and round_ % 2:
+            board.fail("hot", token)
+        elif token:
+            board.release("hot", token)
+        barrier.wait(WAIT)
 
 
 def race(open_board: OpenBoard) -> None:
@@ -64,8 +83,9 @@ def race(open_board: OpenBoard) -> None:
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(PROCESSES)
     results = ctx.Queue()
+    inboxes = [ctx.Queue() for _ in range(PROCESSES)]  # process i receives a board in inboxes[i]
     procs = [
-        ctx.Process(target=_contender, args=(open_board, i, barrier, results))
+        ctx.Process(target=_contender, args=(open_board, i, barrier, inboxes, results))
         for i in range(PROCESSES)
     ]
     for p in procs:
@@ -81,8 +101,9 @@ def race(open_board: OpenBoard) -> None:
         if p.is_alive():
             p.kill()
             p.join()
-    results.close()
-    results.join_thread()
+    for q in (results, *inboxes):
+        q.close()
+        q.join_thread()
     assert len(reports) == PROCESSES, reports
     assert [r for r in reports if r[1] != "ok"] == []
     assert all(p.exitcode == 0 for p in procs)

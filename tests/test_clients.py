@@ -24,12 +24,15 @@ from taskboard import (
 )
 from taskboard._profiles import CI
 from taskboard.boardtest import BoardContract
+from taskboard.hosts.client_mutants import CLIENT_MUTANTS, ClientLockedClaim
 from taskboard.hosts.memory import MemoryBoard
+from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.model import LinearizabilityResult, Operation, Outcome
 from taskboard.model._calls import Call, Op
 from taskboard.stateful import (
     TRACE_DIR_ENV,
     BoardMachine,
+    ContractViolation,
     InfrastructureFault,
     run_parallel_state_machine,
     timeline_html,
@@ -273,3 +276,53 @@ def test_fuzz_rejects_an_unknown_mode(tmp_path: Path) -> None:
     result = cli(tmp_path, "fuzz", "--mode", "threads", "--max-examples", "1")
     assert result.returncode == 2
     assert "invalid choice" in result.stderr
+
+
+# -- client-race mutants and processes -----------------------------------------------------------
+
+
+def _file_factory(board_class: Any, directory: Path) -> Any:
+    """A factory of ``board_class`` boards, each on a fresh SQLite file in ``directory``."""
+    directory.mkdir(exist_ok=True)
+    count = iter(range(10**6))
+
+    def make(tasks: Sequence[Task], clock: Clock) -> Any:
+        return board_class(tasks, clock, str(directory / f"board-{next(count)}.db"))
+
+    make.open_client = lambda board: board.open_client()  # type: ignore[attr-defined]
+    return make
+
+
+@pytest.mark.parametrize("mutant", CLIENT_MUTANTS, ids=lambda m: m.__name__)
+def test_client_race_mutant_caught_only_with_clients(mutant: Any, tmp_path: Path) -> None:
+    """Each client-race mutant passes the parallel mode with one shared client and is caught
+    when every thread has a client of its own: the hook is what catches it."""
+    files = _file_factory(mutant, tmp_path)
+    shared = BoardMachine.for_board(lambda tasks, clock: files(tasks, clock))
+    run_parallel_state_machine(shared, settings=settings(FEW, max_examples=30))
+    with_clients = BoardMachine.for_board(_file_factory(mutant, tmp_path / "clients"))
+    assert with_clients.has_clients()
+    with pytest.raises(ContractViolation, match="each on a client of its own"):
+        run_parallel_state_machine(with_clients, settings=settings(FEW, max_examples=100))
+
+
+def test_processes_run_each_thread_in_its_own_process(tmp_path: Path) -> None:
+    """With parallel_processes a file-backed SQLiteBoard passes, and a claim whose atomicity
+    lives in the client object is caught across processes."""
+    good = BoardMachine.for_board(_file_factory(SQLiteBoard, tmp_path), parallel_processes=True)
+    run_parallel_state_machine(good, settings=settings(FEW, max_examples=5))
+    bad = BoardMachine.for_board(
+        _file_factory(ClientLockedClaim, tmp_path), parallel_processes=True
+    )
+    with pytest.raises(ContractViolation, match="each in a process of its own"):
+        run_parallel_state_machine(bad, settings=settings(FEW, max_examples=60))
+
+
+def test_processes_need_a_board_that_pickles(tmp_path: Path) -> None:
+    """fuzz --processes on a board with no address (in-memory) is a one-line usage error."""
+    result = cli(
+        tmp_path, "fuzz", "taskboard.hosts.sqlite:SQLiteBoard", "--processes", "--max-examples", "1"
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "pickle" in result.stderr
+    assert "Traceback" not in result.stderr

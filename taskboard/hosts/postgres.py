@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, ClassVar, Literal, Self, cast
+from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 
 from taskboard._clock import Clock
 from taskboard._contract import ClaimRequest, Lease, State, Task
@@ -89,6 +89,8 @@ _COLUMNS = "id, title, deps, state, owner, lease_token, lease_fence, lease_until
 
 _TaskRow = tuple[str, str, list[str], str, str, str | None, int | None, int | None, int]
 
+_Board = TypeVar("_Board", bound="PostgresBoard")
+
 
 class PostgresBoard:
     """A board in a PostgreSQL database; a reference host, not a storage product.
@@ -139,6 +141,15 @@ class PostgresBoard:
     constructor inserts only the tasks the board does not hold yet, in one
     transaction, so several processes may construct at once and all see the
     same board.
+
+    Clients (SPEC 8): the board is reached by its address, ``conninfo`` and
+    ``board_id``. :meth:`open_client` opens another client of the same board, as
+    another process would: a new board with connections of its own, attached (it
+    inserts no tasks), ``delete_on_close=False``, reading the same clock
+    (``"server"`` included); closing it closes only its connections, never the
+    board. Pickling a board carries only its class, address and clock (a
+    :class:`~taskboard.ManualClock` travels as a copy at its current instant), so
+    unpickling it, in a ``spawn``-ed process say, opens such a client too.
 
     Threads: the board is thread-safe, and calls from several threads run at
     once, each on a connection of its own: a call takes an idle connection or
@@ -280,6 +291,26 @@ class PostgresBoard:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def open_client(self) -> Self:
+        """Another client of this board (SPEC 8), as another process would open it.
+
+        A new board of the same class on the same ``conninfo`` and ``board_id``, with
+        connections of its own, attached (it inserts no tasks), with
+        ``delete_on_close=False`` and the same clock. Closing it closes only its own
+        connections; the board stays.
+
+        Raises:
+            psycopg.Error: the server could not be reached.
+        """
+        return type(self)(
+            (), self._clock, self._conninfo, board_id=self.board_id, delete_on_close=False
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle as the board's address: unpickling opens a new client, as
+        :meth:`open_client` does (``delete_on_close=False``)."""
+        return (_attach, (type(self), self._conninfo, self.board_id, self._clock))
 
     def close(self) -> None:
         """Delete the board's rows (see ``delete_on_close``) and close its connections;
@@ -542,6 +573,13 @@ class PostgresBoard:
         """One transaction: commit on return, roll back on any exception."""
         with self._connection() as conn, conn.transaction():
             yield conn
+
+
+def _attach(
+    cls: type[_Board], conninfo: str, board_id: str, clock: Clock | Literal["server"]
+) -> _Board:
+    """Unpickle a board: a new client of board ``board_id`` on ``conninfo`` (SPEC 8)."""
+    return cls((), clock, conninfo, board_id=board_id, delete_on_close=False)
 
 
 def _create_schema(conn: Connection) -> None:

@@ -51,6 +51,26 @@ _BOARD_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 #: token means a broken random source, not bad luck).
 _MINT_ATTEMPTS = 8
 
+#: Where a board's client connects: the ``redis://`` URL it was made from, or the
+#: connection class and settings of the client object it was given (SPEC 8: how
+#: another client of the same board is opened, here or in another process).
+_Address = str | tuple[type[Any], dict[str, Any]]
+#: Keys a redis-py connection pool adds to its connections' keyword arguments for its
+#: own use (state shared by that pool's connections, a maintenance handler): not
+#: settings of the client, and a new client's pool makes its own.
+_POOL_STATE = (
+    "himport_registry",
+    "maint_notifications_pool_handler",
+    "oss_cluster_maint_notifications_handler",
+)
+#: Settings a pool keeps a copy of before a maintenance notification may move them
+#: (a new host, relaxed timeouts): a new client takes the originals.
+_ORIGINALS = {
+    "orig_host_address": "host",
+    "orig_socket_timeout": "socket_timeout",
+    "orig_socket_connect_timeout": "socket_connect_timeout",
+}
+
 #: The board's keys, one hash (or set) per column, each ``taskboard:{board_id}:<column>``.
 #: Every script gets all of them as KEYS, in this order, so a script touches only
 #: declared keys, and the ``{board_id}`` hash tag keeps them in one cluster slot.
@@ -352,6 +372,19 @@ class _Core:
         self._initial_args = [arg for task in initial for arg in _task_args(task)]
         self._closed = False
 
+    #: Where this board's client connects (set by the subclass, from its url_or_client).
+    _address: _Address
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle as the board's address: unpickling opens a new client of the same board
+        (SPEC 8), as ``open_client`` does."""
+        return (_attach, (type(self), self._address, self._clock, self.board_id))
+
+    @classmethod
+    def _client_of(cls, address: _Address, clock: Clock | Literal["server"], board_id: str) -> Self:
+        """A new board with a new client of its own on ``address``, attached to ``board_id``."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(board_id={self.board_id!r}, clock={self._clock!r})"
 
@@ -425,6 +458,20 @@ class RedisBoard(_Core):
     constructor inserts only the tasks it does not hold yet, in one script, so
     several processes may construct at once and all see the same board.
 
+    Clients (SPEC 8): the board is reached by its address, where its client
+    connects, and ``board_id``. The address is the URL the board was given, or,
+    given a client object, that client's connection class and settings (its
+    pool's ``connection_kwargs``, less the pool's own state; a bare ``object()``
+    sentinel there is left out, so the library's default applies).
+    :meth:`open_client` opens another client of the same board, as another
+    process would: a new board with a new ``redis.Redis`` client and connection
+    pool of its own, attached (it inserts no tasks), ``delete_on_close=False``,
+    reading the same clock (``"server"`` included); closing it closes only its
+    own client, never the board. Pickling a board carries only its class,
+    address, ``board_id`` and clock (a :class:`~taskboard.ManualClock` travels
+    as a copy at its current instant), so unpickling it, in a ``spawn``-ed
+    process say, opens such a client too.
+
     Expired leases (SPEC 3.4, a host's choice): this board **rejects**
     ``release``, ``complete`` and ``fail`` with ``LeaseLostError`` once the
     lease has expired (``now >= until``), even if the token is still current
@@ -471,6 +518,11 @@ class RedisBoard(_Core):
         self._client = (
             redis.Redis.from_url(url_or_client) if isinstance(url_or_client, str) else url_or_client
         )
+        self._address = (
+            url_or_client
+            if isinstance(url_or_client, str)
+            else _settings(self._client.connection_pool)
+        )
         try:
             self._scripts = {
                 name: self._client.register_script(source) for name, source in self._sources.items()
@@ -492,6 +544,29 @@ class RedisBoard(_Core):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def open_client(self) -> Self:
+        """Another client of this board (SPEC 8), as another process would open it: a new
+        board with a new client (its own connection pool) on the same address, attached
+        to the same ``board_id``, ``delete_on_close=False``, the same clock. Closing it
+        closes only its own client."""
+        return self._client_of(self._address, self._clock, self.board_id)
+
+    @classmethod
+    def _client_of(cls, address: _Address, clock: Clock | Literal["server"], board_id: str) -> Self:
+        if isinstance(address, str):
+            return cls((), clock, address, board_id=board_id, delete_on_close=False)
+        connection_class, settings = address
+        client = redis.Redis.from_pool(
+            redis.ConnectionPool(connection_class=connection_class, **settings)
+        )
+        try:
+            board = cls((), clock, client, board_id=board_id, delete_on_close=False)
+        except BaseException:
+            client.close()
+            raise
+        board._owns_client = True  # made here: closed with the board
+        return board
 
     def close(self) -> None:
         """Delete the board's keys (see ``delete_on_close``) and close the client if this
@@ -604,6 +679,13 @@ class AsyncRedisBoard(_Core):
     ``async with``; it deletes the board's keys (see ``delete_on_close``) and
     closes the client if the board made it; idempotent.
 
+    Clients (SPEC 8) and pickling are as for :class:`RedisBoard` (read its
+    docstring), with ``redis.asyncio`` clients. :meth:`open_client` is a plain
+    method, not a coroutine: it does no I/O, since the new board inserts no
+    tasks and its new client connects on its first command, binding to the
+    event loop that runs it (so it may be opened outside any loop). Close the
+    client with ``await client.aclose()``; that closes only its own client.
+
     Args:
         tasks, board_id, delete_on_close: as for :class:`RedisBoard`.
         clock: as for :class:`RedisBoard`: a :class:`~taskboard.Clock`, or
@@ -632,6 +714,11 @@ class AsyncRedisBoard(_Core):
             redis.asyncio.Redis.from_url(url_or_client)
             if isinstance(url_or_client, str)
             else url_or_client
+        )
+        self._address = (
+            url_or_client
+            if isinstance(url_or_client, str)
+            else _settings(self._client.connection_pool)
         )
         self._scripts = {
             name: self._client.register_script(source) for name, source in self._sources.items()
@@ -662,6 +749,26 @@ class AsyncRedisBoard(_Core):
             if board._owns_client:
                 await board._client.aclose()
             raise
+        return board
+
+    def open_client(self) -> Self:
+        """Another client of this board (SPEC 8), as another process would open it: a new
+        board with a new ``redis.asyncio`` client (its own connection pool) on the same
+        address, attached to the same ``board_id``, ``delete_on_close=False``, the same
+        clock. No I/O: the client connects on its first command. ``await
+        client.aclose()`` closes only its own client."""
+        return self._client_of(self._address, self._clock, self.board_id)
+
+    @classmethod
+    def _client_of(cls, address: _Address, clock: Clock | Literal["server"], board_id: str) -> Self:
+        if isinstance(address, str):
+            return cls((), clock, address, board_id=board_id, delete_on_close=False)
+        connection_class, settings = address
+        client = redis.asyncio.Redis.from_pool(
+            redis.asyncio.ConnectionPool(connection_class=connection_class, **settings)
+        )
+        board = cls((), clock, client, board_id=board_id, delete_on_close=False)
+        board._owns_client = True  # made here: closed with the board
         return board
 
     async def __aenter__(self) -> Self:
@@ -739,6 +846,36 @@ class AsyncRedisBoard(_Core):
     async def _finish(self, task_id: str, token: str, state: State) -> None:
         reply = await self._run("finish", self._finish_args(task_id, token, state))
         _returned_none(task_id, reply)
+
+
+# -- clients -----------------------------------------------------------------------------------
+
+
+def _settings(pool: Any) -> tuple[type[Any], dict[str, Any]]:
+    """A client's address from its connection pool: the connection class and settings.
+
+    The pool's own state is left out (a new pool makes its own), a setting a maintenance
+    notification may have moved is taken at its original value, and a bare ``object()``,
+    a library's sentinel for "the default", is left out: it would mean nothing once
+    pickled (a copy is not the sentinel), and leaving it out gives that same default.
+    """
+    settings = dict(pool.connection_kwargs)
+    for key in _POOL_STATE:
+        settings.pop(key, None)
+    for original, key in _ORIGINALS.items():
+        value = settings.pop(original, None)
+        if value is not None:
+            settings[key] = value
+    return pool.connection_class, {
+        key: value for key, value in settings.items() if type(value) is not object
+    }
+
+
+def _attach(
+    cls: type[_Core], address: _Address, clock: Clock | Literal["server"], board_id: str
+) -> _Core:
+    """Unpickle a board: a new client of board ``board_id`` at ``address`` (SPEC 8)."""
+    return cls._client_of(address, clock, board_id)
 
 
 # -- encoding ----------------------------------------------------------------------------------

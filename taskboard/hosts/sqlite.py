@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import ClassVar, Literal, Self, cast
+from typing import ClassVar, Literal, Self, TypeVar, cast
 
 from taskboard._clock import Clock
 from taskboard._contract import ClaimRequest, Lease, State, Task
@@ -67,6 +67,8 @@ _SELECT_TASK = (
 
 _TaskRow = tuple[str, str, str, str, str, str | None, int | None, int | None, int]
 
+_Board = TypeVar("_Board", bound="SQLiteBoard")
+
 
 class SQLiteBoard:
     """A board in a SQLite database; a reference host, not a storage product.
@@ -93,6 +95,16 @@ class SQLiteBoard:
     ``":memory:"`` (the default) or ``""`` there is one private database, so
     the board keeps a single connection and serialises threads with a lock.
     Do not carry a board across ``fork``; open a new one in the child.
+
+    Clients (SPEC 8): the board is reached by its address, the database file's
+    path. :meth:`open_client` opens another client of the same file, as another
+    process would: a new board with connections of its own, attached (it adds
+    no tasks), reading the same clock; closing it closes only its connections.
+    Pickling a board carries only its class, path, busy timeout and clock (a
+    :class:`~taskboard.ManualClock` travels as a copy at its current instant),
+    so unpickling it, in a ``spawn``-ed process say, opens a new client of the
+    same file. A private in-memory board has no address: its only client is
+    itself (:meth:`open_client` returns it), and pickling it is a ``TypeError``.
 
     Expired leases (SPEC 3.4, a host's choice): this board **rejects**
     ``release``, ``complete`` and ``fail`` with ``LeaseLostError`` once the
@@ -161,6 +173,32 @@ class SQLiteBoard:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def open_client(self) -> Self:
+        """Another client of this board's storage (SPEC 8), as another process would open it.
+
+        A new board of the same class on the same database file, with connections of
+        its own, attached (it inserts no tasks) and reading the same clock; it shares
+        no Python object with this one but the clock. Closing it closes only its own
+        connections. A private in-memory board (``":memory:"``) has no other way into
+        its storage: its only client is itself, which this returns.
+        """
+        if self._private:
+            return self
+        return type(self)((), self._clock, self._path, timeout=self._timeout)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle as the board's address: unpickling opens a new client of the same file.
+
+        Raises:
+            TypeError: the board is a private in-memory one, which has no address.
+        """
+        if self._private:
+            raise TypeError(
+                f"cannot pickle {self!r}: a private in-memory board has no address another "
+                "client could open; give it a database file path to share it"
+            )
+        return (_attach, (type(self), self._path, self._clock, self._timeout))
 
     def close(self) -> None:
         """Close every connection this board opened, in any thread; idempotent."""
@@ -349,6 +387,11 @@ class SQLiteBoard:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+
+
+def _attach(cls: type[_Board], path: str, clock: Clock, timeout: float) -> _Board:
+    """Unpickle a board: a new client of the database at ``path`` (SPEC 8)."""
+    return cls((), clock, path, timeout=timeout)
 
 
 def _task(row: _TaskRow) -> Task:

@@ -409,6 +409,9 @@ class BoardMachine(RuleBasedStateMachine):
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
     call_timeout: ClassVar[timedelta | None] = timedelta(seconds=10)
     tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = False
+    #: SPEC 8: run each thread of a parallel program in an OS process of its own, on a client
+    #: it opens by unpickling the board (``taskboard fuzz --processes``; see docs/clients.md).
+    parallel_processes: ClassVar[bool] = False
     #: Where the shrunk failing trace is written as JSON; ``None`` reads the
     #: ``TASKBOARD_TRACE_DIR`` environment variable, and no trace is written if it is unset.
     trace_dir: ClassVar[str | None] = None

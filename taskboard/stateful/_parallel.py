@@ -54,6 +54,7 @@ from taskboard.stateful._machine import (
     failures_reported,
     grid_start,
 )
+from taskboard.stateful._processes import run_in_processes
 from taskboard.stateful._trace import format_offset, render_call
 from taskboard.stateful._tracefile import (
     ParallelOp,
@@ -335,6 +336,8 @@ def _run_threads(
     supported = [
         [op for op in ops if op.op == "claim" or machine._supports(op.op)] for ops in threads
     ]
+    if type(machine).parallel_processes:
+        return _run_processes(machine, supported)
 
     def work(index: int) -> None:
         mine: dict[str, str] = {}
@@ -389,6 +392,47 @@ def _run_threads(
     return history, snapshot
 
 
+def _run_processes(
+    machine: BoardMachine, threads: Sequence[Sequence[ParallelOp]]
+) -> tuple[list[Operation], list[Any]]:
+    """Each thread of the program in a worker process of its own, on a client it opens from
+    the board's address (SPEC 8); the history as :func:`_run_threads` makes it."""
+    calls = [[(op, _call(machine, op, {})) for op in ops] for ops in threads if ops]
+    try:
+        records = run_in_processes(machine.made_board, calls, THREAD_TIMEOUT)
+    except TypeError:
+        raise
+    except Exception as exc:
+        _raise_fault(machine._fault(exc, None, "a worker process"))
+    if records is None:
+        hung = CallTimeoutError(
+            f"the worker processes' calls did not return within {THREAD_TIMEOUT:g} s"
+        )
+        _raise_fault(machine._fault(hung, None, "the worker processes"))
+    made = sorted(
+        ((thread, record) for thread, done in enumerate(records) for record in done),
+        key=lambda item: item[1].invoked,
+    )
+    ended = machine.clock.now()
+    history = [
+        Operation(
+            op_id,
+            thread,
+            record.call,
+            record.outcome,
+            record.invoked,
+            record.returned,
+            None
+            if not machine.wall
+            else Window.around(
+                record.started, record.ended if record.outcome is not None else ended, machine.skew
+            ),
+        )
+        for op_id, (thread, record) in enumerate(made)
+    ]
+    return history, machine._snapshot(None)
+
+
 def _report(
     machine: BoardMachine,
     program: ParallelProgram,
@@ -413,8 +457,10 @@ def _report(
     ]
     for op_id, reason in zip(result.stuck, result.reasons, strict=False):
         lines.append(f"    #{op_id} {_describe(by_id[op_id], machine)}: {reason}")
-    clients = machine.has_clients()
+    clients = machine.has_clients() or type(machine).parallel_processes
     each = ", each on a client of its own (SPEC 8)" if clients else ", all on one board"
+    if type(machine).parallel_processes:
+        each = ", each in a process of its own, on its own client (SPEC 8)"
     lines += ["", f"per thread{each} (times in microseconds from the first invocation):"]
     for thread in sorted({op.thread for op in history}):
         lines.append(f"  {_lane(thread, clients)}:")
@@ -440,7 +486,8 @@ def _write_records(
     # The program as a trace file (to replay on any board) and the history as a timeline.
     path = write_trace(violation.recording, directory)
     page = path.with_name(path.stem.replace("trace-", "timeline-", 1) + ".html")
-    page.write_text(timeline_html(history, result, clients=machine.has_clients()), encoding="utf-8")
+    clients = machine.has_clients() or type(machine).parallel_processes
+    page.write_text(timeline_html(history, result, clients=clients), encoding="utf-8")
     violation.trace_file = str(path)
     violation.args = (
         f"{violation.args[0]}\n\ntrace written to {path}; replay it with: taskboard replay "
