@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +30,26 @@ class TestSQLiteBoardContract(BoardContract):
     def close_board(self, board: Board) -> None:
         assert isinstance(board, SQLiteBoard)
         board.close()
+
+
+class TestSQLiteFileBoardContract(BoardContract):
+    """SQLiteBoard on a database file, a client (its own connections) per thread (SPEC 8)."""
+
+    expired_lease_policy = "reject"
+
+    @pytest.fixture(autouse=True)
+    def _directory(self, tmp_path: Path) -> None:
+        self.paths = (tmp_path / f"board{n}.db" for n in itertools.count())
+
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+        return SQLiteBoard(tasks, clock, next(self.paths))
+
+    def close_board(self, board: Board) -> None:
+        assert isinstance(board, SQLiteBoard)
+        board.close()
+
+    def open_client(self, board: SQLiteBoard) -> SQLiteBoard:
+        return board.open_client()
 
 
 class NoRenewBoard:

@@ -360,3 +360,25 @@ def test_cached_leases_accepts_a_token_another_client_replaced(tmp_path: Path) -
         stale.complete("a", first.lease.token)  # BUG: the cache says the token is current
         assert by_id(board)["a"].state is State.DONE
         assert held.owner == "z"
+
+
+def test_an_async_redis_client_opened_before_the_boards_first_command_sees_its_tasks(
+    redis_server_url: str,
+) -> None:
+    """AsyncRedisBoard inserts its tasks on its first command: a client opened (or unpickled)
+    before that still sees them, and the tasks are inserted once."""
+
+    async def scenario() -> None:
+        board = AsyncRedisBoard(TASKS, ManualClock(), redis_server_url)
+        client = board.open_client()
+        unpickled = pickle.loads(pickle.dumps(board))
+        try:
+            held = await client.claim("a", "x", ClaimRequest())
+            assert [t.id for t in await unpickled.list_tasks()] == ["a", "b"]
+            assert {t.id: t for t in await board.list_tasks()}["a"] == held
+        finally:
+            await client.aclose()
+            await unpickled.aclose()
+            await board.aclose()
+
+    asyncio.run(scenario())

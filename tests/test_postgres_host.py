@@ -24,9 +24,6 @@ from taskboard import (
 from taskboard.boardtest import BoardContract
 from taskboard.hosts.postgres import PostgresBoard
 
-#: The criteria race this many threads on each board: their connections are opened up front.
-RACES = ("test_concurrent_claims_have_exactly_one_winner", "test_duplicate_token_submit")
-
 
 @pytest.fixture
 def server(postgres_server_url: str) -> Iterator[psycopg.Connection]:
@@ -69,18 +66,18 @@ class TestPostgresBoardContract(BoardContract):
     expired_lease_policy = PostgresBoard.expired_lease_policy
 
     @pytest.fixture(autouse=True)
-    def _server(self, request: pytest.FixtureRequest, postgres_server_url: str) -> None:
+    def _server(self, postgres_server_url: str) -> None:
         self.url = postgres_server_url
-        # So that the criteria's threads race on the row locks, not on connecting.
-        racing = request.node.name.startswith(RACES)
-        self.connections = self.criteria_participants if racing else 1
 
     def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> Board:
-        return PostgresBoard(tasks, clock, self.url, connections=self.connections)
+        return PostgresBoard(tasks, clock, self.url)
 
     def close_board(self, board: Board) -> None:
         assert isinstance(board, PostgresBoard)
         board.close()
+
+    def open_client(self, board: PostgresBoard) -> PostgresBoard:
+        return board.open_client()
 
 
 # -- PostgresBoard ---------------------------------------------------------------------------------

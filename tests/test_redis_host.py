@@ -60,6 +60,9 @@ class TestRedisBoardContract(BoardContract):
         assert isinstance(board, RedisBoard)
         board.close()
 
+    def open_client(self, board: RedisBoard) -> RedisBoard:
+        return board.open_client()
+
 
 class TestAsyncRedisBoardContract(BoardContract):
     clock_resolution = AsyncRedisBoard.clock_resolution
@@ -74,6 +77,9 @@ class TestAsyncRedisBoardContract(BoardContract):
 
     async def close_board(self, board: AsyncRedisBoard) -> None:
         await board.aclose()
+
+    def open_client(self, board: AsyncRedisBoard) -> AsyncRedisBoard:
+        return board.open_client()
 
 
 # -- RedisBoard ------------------------------------------------------------------------------------

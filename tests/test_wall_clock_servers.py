@@ -1,7 +1,8 @@
 """Wall-clock mode (SPEC 7) against boards that keep time on their own server.
 
 The server-clock reference hosts (Redis ``TIME``, PostgreSQL ``clock_timestamp()``) never
-read the injected clock: they pass the whole contract suite in wall mode, and every
+read the injected clock: they pass the whole contract suite in wall mode, a client per
+thread and per criteria participant (SPEC 8), and every
 server-clock mutant is caught by the wall-clock machine. They skip without servers.
 """
 
@@ -48,6 +49,9 @@ class TestRedisServerClockContract(BoardContract):
         assert isinstance(board, RedisBoard)
         board.close()
 
+    def open_client(self, board: RedisBoard) -> RedisBoard:
+        return board.open_client()
+
 
 class TestPostgresServerClockContract(BoardContract):
     clock_mode = "wall"
@@ -61,11 +65,14 @@ class TestPostgresServerClockContract(BoardContract):
         self.url = postgres_server_url
 
     def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
-        return PostgresBoard(tasks, "server", self.url, connections=self.criteria_participants)
+        return PostgresBoard(tasks, "server", self.url)
 
     def close_board(self, board: Board) -> None:
         assert isinstance(board, PostgresBoard)
         board.close()
+
+    def open_client(self, board: PostgresBoard) -> PostgresBoard:
+        return board.open_client()
 
 
 @pytest.mark.parametrize("mutant", SERVER_CLOCK_MUTANTS, ids=lambda m: m.__name__)

@@ -80,6 +80,9 @@ class BoardContract:
     call_timeout: ClassVar[timedelta | None] = BoardMachine.call_timeout
     machine_settings: ClassVar[settings | None] = None
     parallel_settings: ClassVar[settings | None] = None
+
+    #: The clients :meth:`clients_of` opened and not yet closed, each with its board's driver.
+    _clients_opened: list[tuple[Any, Driver]]
     criteria_rounds: ClassVar[int] = 20
     criteria_participants: ClassVar[int] = 8
 
@@ -131,6 +134,21 @@ class BoardContract:
             clients.append(driven(raw, board.driver))
         return clients
 
+    def _close_clients(self, *, raising: bool = True) -> list[Exception]:
+        """Close every client :meth:`clients_of` opened so far (so that a criterion's rounds
+        do not pile up connections); the errors, raised as a group when ``raising``."""
+        errors: list[Exception] = []
+        opened = self._clients_opened
+        self._clients_opened = []
+        for client, driver in opened:
+            try:
+                driver.call(self.close_client, client)
+            except Exception as exc:
+                errors.append(exc)
+        if errors and raising:
+            raise ExceptionGroup("close_client failed", errors)
+        return errors
+
     # -- fixtures ------------------------------------------------------------------------------
 
     @pytest.fixture
@@ -150,7 +168,7 @@ class BoardContract:
         """
         opened: list[tuple[Any, Driver]] = []
         self._boards_made: list[Any] = []
-        self._clients_opened: list[tuple[Any, Driver]] = []
+        self._clients_opened = []
 
         def factory(*tasks: Task) -> Board:
             made, board, driver = make_driven(
@@ -161,12 +179,7 @@ class BoardContract:
             return board
 
         yield factory
-        errors: list[Exception] = []
-        for client, driver in self._clients_opened:  # clients first, then their boards
-            try:
-                driver.call(self.close_client, client)
-            except Exception as exc:
-                errors.append(exc)
+        errors = self._close_clients(raising=False)  # clients first, then their boards
         for made, driver in opened:  # each board is closed, whatever the others do
             try:
                 close_driven(self.close_board, made, driver)
@@ -571,8 +584,13 @@ class BoardContract:
 
     # -- the machine and the criteria ----------------------------------------------------------
 
-    def _machine_class(self, suffix: str) -> type[BoardMachine]:
-        """A BoardMachine on this class's hooks and settings, named after the class."""
+    def _machine_class(self, suffix: str, trace_target: str | None = None) -> type[BoardMachine]:
+        """A BoardMachine on this class's hooks and settings, named after the class; its
+        traces name this class (``module:Name``), which ``taskboard replay`` accepts."""
+        cls = type(self)
+        if trace_target is None:
+            importable = "<" not in cls.__qualname__
+            trace_target = f"{cls.__module__}:{cls.__qualname__}" if importable else ""
         clients: dict[str, Any] = {}
         if self.has_clients:
             clients = {"open_client": self.open_client, "close_client": self.close_client}
@@ -585,6 +603,7 @@ class BoardContract:
             clock_skew=self.clock_skew,
             expired_lease_policy=self.expired_lease_policy,
             call_timeout=self.call_timeout,
+            trace_target=trace_target,
         )
         machine.__name__ = machine.__qualname__ = f"{type(self).__name__}{suffix}"
         return machine
@@ -613,6 +632,7 @@ class BoardContract:
             board = open_board(Task("race"))
             clients = self.clients_of(board, len(agents))
             winners = concurrent_claim(board, "race", agents, clients=clients)
+            self._close_clients()
             assert winners == 1, f"round {round_ + 1}: {winners} agents won the same claim"
 
     def test_duplicate_token_submit_has_exactly_one_success(self, open_board: OpenBoard) -> None:
@@ -623,6 +643,7 @@ class BoardContract:
             successes = duplicate_token_submit(
                 board, "race", self.criteria_participants, clients=clients
             )
+            self._close_clients()
             assert successes == 1, f"round {round_ + 1}: {successes} completes with one token"
 
 

@@ -2,7 +2,7 @@
 
 This is a reference host that shows how to meet the contract (SPEC sections
 1-3) on Redis, with `redis-py <https://redis.readthedocs.io>`_ (``pip install
-'taskboard[redis]'``); it is not a storage product (no cluster support beyond
+'taskboard-contract[redis]'``); it is not a storage product (no cluster support beyond
 keeping a board's keys in one slot, no persistence policy, no tuning).
 :class:`RedisBoard` is synchronous; :class:`AsyncRedisBoard` is the same board
 whose methods are coroutines. Both run the same Lua scripts on the same keys,
@@ -38,7 +38,7 @@ try:
     import redis.asyncio
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "taskboard.hosts.redis needs redis-py: pip install 'taskboard[redis]'"
+        "taskboard.hosts.redis needs redis-py: pip install 'taskboard-contract[redis]'"
     ) from exc
 
 __all__ = ["AsyncRedisBoard", "RedisBoard"]
@@ -756,8 +756,23 @@ class AsyncRedisBoard(_Core):
         board with a new ``redis.asyncio`` client (its own connection pool) on the same
         address, attached to the same ``board_id``, ``delete_on_close=False``, the same
         clock. No I/O: the client connects on its first command. ``await
-        client.aclose()`` closes only its own client."""
-        return self._client_of(self._address, self._clock, self.board_id)
+        client.aclose()`` closes only its own client.
+
+        A client opened before this board's first command also carries its initial tasks,
+        so that it sees them whichever of the two reaches the server first."""
+        return self._with_pending(self._client_of(self._address, self._clock, self.board_id))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle as the board's address (and, before its first command, its initial tasks):
+        unpickling opens a new client of the same board, as :meth:`open_client` does."""
+        pending = () if self._ready else tuple(self._initial_args)
+        return (_attach, (type(self), self._address, self._clock, self.board_id, pending))
+
+    def _with_pending(self, client: Self) -> Self:
+        # The insert script adds only the tasks the board lacks, so two clients may both run it.
+        if not self._ready:
+            client._initial_args, client._ready = list(self._initial_args), False
+        return client
 
     @classmethod
     def _client_of(cls, address: _Address, clock: Clock | Literal["server"], board_id: str) -> Self:
@@ -872,10 +887,18 @@ def _settings(pool: Any) -> tuple[type[Any], dict[str, Any]]:
 
 
 def _attach(
-    cls: type[_Core], address: _Address, clock: Clock | Literal["server"], board_id: str
+    cls: type[_Core],
+    address: _Address,
+    clock: Clock | Literal["server"],
+    board_id: str,
+    pending: Sequence[str] = (),
 ) -> _Core:
-    """Unpickle a board: a new client of board ``board_id`` at ``address`` (SPEC 8)."""
-    return cls._client_of(address, clock, board_id)
+    """Unpickle a board: a new client of board ``board_id`` at ``address`` (SPEC 8), which
+    inserts the ``pending`` initial tasks of a lazy board that never reached the server."""
+    client = cls._client_of(address, clock, board_id)
+    if pending and isinstance(client, AsyncRedisBoard):
+        client._initial_args, client._ready = list(pending), False
+    return client
 
 
 # -- encoding ----------------------------------------------------------------------------------
