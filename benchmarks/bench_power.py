@@ -6,26 +6,41 @@ mutant it prints whether it was caught, the examples (boards) and seconds until 
 violation, and the length of the shrunk trace in steps; medians over seeds. Then totals and
 medians over the gallery.
 
+The client-race mutants (SPEC 8) get a table of their own: each runs through the parallel
+mode on SQLite files, once with every thread sharing one client (the control, which must
+pass) and once per seed with a client per thread; and through concurrent_claim or
+duplicate_token_submit with a client per participant.
+
     python benchmarks/bench_power.py [--seeds 3] [--max-examples 100] [--markdown docs/power.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard import Board, Clock, Task, concurrent_claim, duplicate_token_submit
-from taskboard.hosts import mutants
+from taskboard.hosts import client_mutants, mutants
 from taskboard.model import Step
-from taskboard.stateful import BoardMachine, ContractViolation, violations_in
+from taskboard.stateful import (
+    BoardMachine,
+    ContractViolation,
+    _parallel,
+    run_parallel_state_machine,
+    violations_in,
+)
 
 
 @dataclass
@@ -94,6 +109,169 @@ def run_criteria(board: type, rounds: int) -> tuple[int, float] | None:
         if winners > 1:
             return round_, time.perf_counter() - started
     return None
+
+
+@dataclass
+class ClientResult:
+    name: str
+    shared_programs: int
+    shared_caught: bool
+    caught: int
+    runs: int
+    programs: float | None
+    seconds: float | None
+    calls: float | None
+    criterion: str
+    rounds: int | None
+
+
+def _sqlite_files(board: type, directory: Path, with_clients: bool) -> Any:
+    """A factory of ``board`` boards, each on a fresh file; it opens clients when asked,
+    and counts the boards it made (one per run of a program)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = (directory / f"board{n}.db" for n in itertools.count())
+
+    def make(tasks: Sequence[Task], clock: Clock) -> Any:
+        make.made += 1  # type: ignore[attr-defined]
+        return board(tasks, clock, next(paths))
+
+    make.made = 0  # type: ignore[attr-defined]
+    if with_clients:
+        make.open_client = lambda made: made.open_client()  # type: ignore[attr-defined]
+    return make
+
+
+def run_parallel(
+    board: type, directory: Path, *, with_clients: bool, run_seed: int, max_examples: int
+) -> tuple[int, float, int] | int:
+    """Parallel mode on SQLite files: (programs until caught, seconds until caught, calls in
+    the reported program) if caught, else the programs run."""
+    factory = _sqlite_files(board, directory, with_clients)
+    machine = BoardMachine.for_board(factory, trace_target="")
+    first: list[tuple[int, float]] = []
+    started = time.perf_counter()
+    run_program = _parallel.run_program
+
+    def timed(*args: Any, **kwargs: Any) -> None:
+        try:
+            run_program(*args, **kwargs)
+        except ContractViolation:
+            if not first:
+                runs = factory.made
+                first.append(
+                    (-(-runs // _parallel.RUNS_PER_PROGRAM), time.perf_counter() - started)
+                )
+            raise
+
+    run_settings = settings(
+        max_examples=max_examples,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate, Phase.shrink],
+        report_multiple_bugs=False,
+    )
+    _parallel.run_program = timed  # type: ignore[assignment]
+    try:
+        run_parallel_state_machine(seed(run_seed)(machine), settings=run_settings)
+    except (ContractViolation, Flaky) as caught:
+        recorded = [v.recording for v in violations_in(caught) if v.recording is not None]
+        programs = [r.program for r in recorded if r.program is not None]
+        calls = min(
+            (len(p.prefix) + sum(len(ops) for ops in p.threads) for p in programs), default=0
+        )
+        return first[0][0], first[0][1], calls
+    finally:
+        _parallel.run_program = run_program  # type: ignore[assignment]
+    return -(-factory.made // _parallel.RUNS_PER_PROGRAM)
+
+
+def run_criterion_with_clients(board: type, directory: Path, rounds: int) -> tuple[str, int | None]:
+    """(the criterion, the first round with more than one winner or success, or None)."""
+    from taskboard import ManualClock
+
+    agents = ["a1", "a2"] * 4
+    name = (
+        "duplicate_token_submit"
+        if board is client_mutants.PooledReadThenWrite
+        else ("concurrent_claim")
+    )
+    tasks = [Task(f"race{n}") for n in range(rounds)]
+    with board(tasks, ManualClock(), directory / f"{board.__name__}-criteria.db") as instance:
+        clients = [instance.open_client() for _ in agents]
+        try:
+            for round_, task in enumerate(tasks, start=1):
+                if name == "concurrent_claim":
+                    wins = concurrent_claim(instance, task.id, agents, clients=clients)
+                else:
+                    wins = duplicate_token_submit(instance, task.id, len(agents), clients=clients)
+                if wins > 1:
+                    return name, round_
+        finally:
+            for client in clients:
+                client.close()
+    return name, None
+
+
+def measure_clients(seeds: int, max_examples: int, directory: Path) -> list[ClientResult]:
+    results = []
+    for board in client_mutants.CLIENT_MUTANTS:
+        name = board.__name__
+        shared = run_parallel(
+            board,
+            directory / f"{name}-shared",
+            with_clients=False,
+            run_seed=0,
+            max_examples=max_examples,
+        )
+        runs = [
+            run_parallel(
+                board,
+                directory / f"{name}-{s}",
+                with_clients=True,
+                run_seed=s,
+                max_examples=max_examples,
+            )
+            for s in range(seeds)
+        ]
+        hits = [r for r in runs if isinstance(r, tuple)]
+        criterion, rounds = run_criterion_with_clients(board, directory, rounds=20)
+        results.append(
+            ClientResult(
+                name,
+                shared if isinstance(shared, int) else shared[0],
+                isinstance(shared, tuple),
+                len(hits),
+                seeds,
+                median([h[0] for h in hits]),
+                median([h[1] for h in hits]),
+                median([h[2] for h in hits]),
+                criterion,
+                rounds,
+            )
+        )
+        print(f"  measured {name}: {len(hits)}/{seeds} with clients", file=sys.stderr)
+    return results
+
+
+def client_table(results: list[ClientResult], seeds: int, max_examples: int) -> str:
+    lines = [
+        f"Client-race mutants (SPEC 8): {len(results)} mutants, on SQLite files. The parallel "
+        f"mode runs up to {max_examples} programs (each three times), first with every thread "
+        f"sharing one client, then with a client per thread over {seeds} seeds (medians); "
+        "the criterion races 8 participants, each on a client of its own, up to 20 rounds.",
+        "",
+        "| mutant | shared client | clients: caught | programs to catch | seconds to catch "
+        "| calls in trace | criterion with clients |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        shared = "CAUGHT (false alarm)" if r.shared_caught else f"passed {r.shared_programs}"
+        criterion = f"{r.criterion}: round {r.rounds}" if r.rounds else f"{r.criterion}: not caught"
+        lines.append(
+            f"| {r.name} | {shared} | {r.caught}/{r.runs} | {fmt(r.programs, '.0f')} "
+            f"| {fmt(r.seconds, '.2f')} | {fmt(r.calls, '.0f')} | {criterion} |"
+        )
+    return "\n".join(lines)
 
 
 def median(values: list[float]) -> float | None:
@@ -179,9 +357,17 @@ def main() -> None:
     parser.add_argument("--max-examples", type=int, default=100)
     parser.add_argument("--markdown", help="also write the table as a docs page to this path")
     parser.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
+    parser.add_argument(
+        "--client-programs", type=int, default=100, help="parallel programs per client run"
+    )
     args = parser.parse_args()
-    results = measure(args.seeds, args.max_examples, [n for n in args.only.split(",") if n])
+    only = [n for n in args.only.split(",") if n]
+    results = measure(args.seeds, args.max_examples, only)
     text = table(results, args.seeds, args.max_examples)
+    if not only:
+        with tempfile.TemporaryDirectory() as directory:
+            clients = measure_clients(args.seeds, args.client_programs, Path(directory))
+        text += "\n\n" + client_table(clients, args.seeds, args.client_programs)
     print(text)
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as page:
@@ -189,7 +375,9 @@ def main() -> None:
                 "# Bug gallery and power\n\n"
                 "Generated by `python benchmarks/bench_power.py --markdown docs/power.md`; "
                 "do not edit by hand. The mutants are documented in "
-                "`taskboard/hosts/mutants.py`.\n\n" + text + "\n"
+                "`taskboard/hosts/mutants.py` and `taskboard/hosts/client_mutants.py`.\n\n"
+                + text
+                + "\n"
             )
 
 
