@@ -1,7 +1,12 @@
-"""Print how long ``taskboard.check`` takes on large snapshots (best of a few runs)."""
+"""Print how long ``taskboard.check`` takes on large snapshots (best of a few runs).
+
+Usage: ``python benchmarks/bench_check.py [--sizes 1000,100000] [--shapes cycle,tangle]``.
+The collector stays enabled, as in a caller's process (``check()`` leaves it alone).
+"""
 
 from __future__ import annotations
 
+import argparse
 import random
 import time
 from collections.abc import Callable
@@ -37,10 +42,35 @@ def cycle(n: int) -> list[Task]:
     return [Task(f"t{i}", deps=(f"t{(i - 1) % n}",)) for i in range(n)]
 
 
+def small_cycles(n: int) -> list[Task]:
+    """n/3 separate cycles of three tasks (many small components, every task reports)."""
+    return [Task(f"t{i}", deps=(f"t{i - i % 3 + (i + 1) % 3}",)) for i in range(n)]
+
+
+def tangle(n: int) -> list[Task]:
+    """Each task depends on one to three tasks anywhere: one big component of many cycles."""
+    rng = random.Random(n)
+    return [
+        Task(f"t{i}", deps=tuple(f"t{rng.randrange(n)}" for _ in range(rng.randint(1, 3))))
+        for i in range(n)
+    ]
+
+
+def chorded_cycle(n: int) -> list[Task]:
+    """The cycle, where every tenth task also depends on the task five back (a shortcut)."""
+    return [
+        Task(f"t{i}", deps=(f"t{(i - 1) % n}", *((f"t{(i - 5) % n}",) if i % 10 == 0 else ())))
+        for i in range(n)
+    ]
+
+
 SHAPES: dict[str, Callable[[int], list[Task]]] = {
     "chain": chain,
     "random DAG": random_dag,
     "cycle": cycle,
+    "small cycles": small_cycles,
+    "tangle": tangle,
+    "chorded cycle": chorded_cycle,
 }
 
 
@@ -56,11 +86,18 @@ def best_of(tasks: list[Task], runs: int = RUNS) -> tuple[float, int]:
 
 def main() -> None:
     """Print one row per shape and size."""
-    print(f"{'shape':<12} {'tasks':>8} {'best (ms)':>10} {'problems':>9}")
-    for name, build in SHAPES.items():
-        for n in SIZES:
-            seconds, found = best_of(build(n))
-            print(f"{name:<12} {n:>8} {seconds * 1000:>10.1f} {found:>9}")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated")
+    parser.add_argument("--runs", type=int, default=RUNS)
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+    print(f"{'shape':<14} {'tasks':>8} {'best (ms)':>10} {'problems':>9}")
+    for name in args.shapes.split(","):
+        build = SHAPES[name]
+        for n in sizes:
+            seconds, found = best_of(build(n), args.runs)
+            print(f"{name:<14} {n:>8} {seconds * 1000:>10.1f} {found:>9}")
 
 
 if __name__ == "__main__":

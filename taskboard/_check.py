@@ -1,22 +1,30 @@
-"""``check()``: the snapshot invariants of SPEC section 4."""
+"""``check()``: the snapshot invariants of SPEC section 4.
+
+``check()`` leaves the process-wide garbage collector alone. It stays fast on
+large snapshots by doing per-task work in C where it can (``map``, ``Counter``,
+set operations), keeping few objects the collector has to scan (the graph is
+flat lists of ints, texts are built as strings, each Problem once, in place of
+a row tuple) and finding cycles in linear time without a graph library.
+"""
 
 from __future__ import annotations
 
-import gc
 import reprlib
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence, Set
-from contextlib import contextmanager
-from operator import attrgetter
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence, Set
+from itertools import accumulate, chain, compress, pairwise, repeat
+from operator import attrgetter, contains, is_not
 from typing import cast
-
-import networkx as nx
 
 from taskboard._contract import Code, Lease, Problem, State, Task
 
 __all__ = ["check"]
 
 _SHOWN = 8  # names a text lists before it is cut short, so texts stay bounded
+# A strongly connected component with at most this many tasks plus edges gets a shortest
+# cycle through each task (one BFS per task, so at most this many steps each); a larger one
+# gets the cycles that the one depth-first search finds for all tasks (see ``_cycles``).
+_BFS_LIMIT = 64
 
 _STATES: dict[str, State] = {s.value: s for s in State}
 _STATES_TEXT = ", ".join(_STATES)
@@ -25,6 +33,17 @@ _repr = reprlib.Repr()
 _repr.maxstring = 60
 _repr.maxother = 160
 _repr.maxlist = _repr.maxtuple = _SHOWN
+
+_ID = attrgetter("id")
+_DEPS = attrgetter("deps")
+_STATE = attrgetter("state")
+_OWNER = attrgetter("owner")
+_LEASE = attrgetter("lease")
+_TOKEN = attrgetter("token")
+
+_TASK = attrgetter("task")
+_CODE_TEXT = attrgetter("code", "text")
+_CYCLE_TEXT = "on a dependency cycle: "
 
 
 def _show(value: object) -> str:
@@ -62,8 +81,28 @@ def _fault(item: object) -> str | None:
     return None
 
 
-def _read(tasks: object) -> tuple[list[Task], dict[str, int]]:
-    """The tasks as a list and how often each id occurs; TypeError names the first garbage item."""
+def _plain(snapshot: list[Task]) -> bool:
+    """True if every item is a Task whose fields have exactly the types ``_fault`` wants.
+
+    The common case, checked column by column in C; False sends the caller to
+    ``_fault`` item by item (subclasses of those types are fine, just slower).
+    """
+    if set(map(type, snapshot)) - {Task}:
+        return False
+    deps = list(map(_DEPS, snapshot))
+    leases = [lease for lease in map(_LEASE, snapshot) if lease is not None]
+    return not (
+        set(map(type, map(_ID, snapshot))) - {str}
+        or set(map(type, deps)) - {tuple, list}
+        or set(map(type, chain.from_iterable(deps))) - {str}
+        or set(map(type, map(_OWNER, snapshot))) - {str}
+        or set(map(type, leases)) - {Lease}
+        or set(map(type, map(_TOKEN, leases))) - {str}
+    )
+
+
+def _read(tasks: object) -> list[Task]:
+    """The tasks as a list; TypeError names the first garbage item."""
     if isinstance(tasks, str | bytes | bytearray | Task):
         raise TypeError(
             f"check() takes an iterable of Task, got a single {type(tasks).__name__}: "
@@ -75,16 +114,13 @@ def _read(tasks: object) -> tuple[list[Task], dict[str, int]]:
         raise TypeError(
             f"check() takes an iterable of Task, got {type(tasks).__name__}: {_show(tasks)}"
         ) from None
-    snapshot: list[Task] = []
-    counts: dict[str, int] = {}
-    for index, item in enumerate(items):
-        fault = _fault(item)
-        if fault is not None:
-            raise TypeError(f"check(): tasks[{index}] {fault}; the item: {_show(item)}")
-        task = cast("Task", item)
-        snapshot.append(task)
-        counts[task.id] = counts.get(task.id, 0) + 1
-    return snapshot, counts
+    snapshot = cast("list[Task]", list(items))
+    if not _plain(snapshot):
+        for index, item in enumerate(snapshot):
+            fault = _fault(item)
+            if fault is not None:
+                raise TypeError(f"check(): tasks[{index}] {fault}; the item: {_show(item)}")
+    return snapshot
 
 
 def _state(value: object) -> State | None:
@@ -92,66 +128,274 @@ def _state(value: object) -> State | None:
     return _STATES.get(value) if isinstance(value, str) else None
 
 
-def _cyclic(deps_of: dict[str, Sequence[str]], indegree: dict[str, int]) -> list[set[str]]:
-    """The strongly connected components of two or more tasks in the dependency graph.
-
-    ``deps_of`` maps every id to its dependencies, unknown ids and self loops
-    skipped; ``indegree`` counts the other edges into each id (and is used up).
-    Tasks that no cycle reaches are peeled off first (Kahn's algorithm on
-    in-degrees, iterative), so a chain or any DAG never reaches networkx, which
-    then finds the components among what is left.
-    """
-    sources = [node for node, degree in indegree.items() if not degree]
-    while sources:
-        node = sources.pop()
-        for dep in deps_of[node]:
-            if dep != node and dep in indegree:
-                indegree[dep] -= 1
-                if not indegree[dep]:
-                    sources.append(dep)
-    graph: nx.DiGraph[str] = nx.DiGraph()
-    graph.add_edges_from(
-        (node, dep)
-        for node, degree in indegree.items()
-        if degree
-        for dep in deps_of[node]
-        if dep != node and dep in indegree
-    )
-    return [comp for comp in nx.strongly_connected_components(graph) if len(comp) >= 2]
+# --- cycles ------------------------------------------------------------------------------------
+#
+# A cycle is listed open and read from the task it is for: [a, b, c] stands for
+# a -> b -> c -> a, where a depends on b. Where it may be long, only its first _SHOWN
+# tasks and its length are kept.
 
 
-def _cycle(comp: Set[str], deps_of: dict[str, Sequence[str]]) -> list[str]:
-    """A shortest cycle through the least id of ``comp``, found by BFS in sorted order.
+def _cycle_words(first: Sequence[str], length: int) -> str:
+    """The first names of a cycle of ``length`` tasks, as a text cut short after ``_SHOWN``."""
+    if length <= _SHOWN:
+        return " -> ".join([*first, first[0]])
+    return " -> ".join(first[:_SHOWN]) + f" -> ... ({length} tasks)"
 
-    It depends on the graph alone, not on the order of the input. The cycle is
-    returned open: ``[a, b, c]`` stands for ``a -> b -> c -> a``.
-    """
-    start = min(comp)
-    parent: dict[str, str] = {start: start}
+
+def _ring_texts(ring: list[str]) -> list[str]:
+    """The dep_cycle text of each task of a simple cycle: the cycle read from that task."""
+    length = len(ring)
+    names = list(map(_name, ring))
+    if length <= _SHOWN:
+        return [
+            _CYCLE_TEXT + " -> ".join([*names[at:], *names[:at], names[at]]) for at in range(length)
+        ]
+    tail = f" -> ... ({length} tasks)"
+    names += names[: _SHOWN - 1]
+    return [_CYCLE_TEXT + " -> ".join(names[at : at + _SHOWN]) + tail for at in range(length)]
+
+
+def _shortest_cycle(start: int, succ: dict[int, list[int]]) -> list[int]:
+    """A shortest cycle through ``start``: BFS over ``succ`` (sorted, without self loops)."""
+    parent = {start: start}
     queue = deque([start])
     while queue:
         node = queue.popleft()
-        for dep in sorted(set(deps_of[node])):
-            if dep == start and node != start:
+        for dep in succ[node]:
+            if dep == start:
                 path = [node]
                 while path[-1] != start:
                     path.append(parent[path[-1]])
                 path.reverse()
                 return path
-            if dep in comp and dep not in parent:
+            if dep not in parent:
                 parent[dep] = node
                 queue.append(dep)
-    raise AssertionError(f"no cycle through {start!r} in a strongly connected component")
+    raise AssertionError(f"no cycle through {start} in a strongly connected component")
 
 
-def _cycle_text(names: list[str], at: int) -> str:
-    """The cycle of (shown) ``names`` read from position ``at``, cut short after ``_SHOWN``."""
-    length = len(names)
-    if length <= _SHOWN:
-        return " -> ".join([*names[at:], *names[:at], names[at]])
-    shown = names[at : at + _SHOWN]
-    shown += names[: _SHOWN - len(shown)]
-    return " -> ".join(shown) + f" -> ... ({length} tasks)"
+def _cycles(
+    starts: Sequence[int],
+    targets: Sequence[int],
+    names: Sequence[str],
+    limit: int = _SHOWN,
+) -> tuple[list[int], list[int], list[str | None]]:
+    """The strongly connected components, and a cycle through each of their tasks, fast.
+
+    Tasks are ``0 .. len(starts) - 2``; task ``v`` depends on
+    ``targets[starts[v] : starts[v + 1]]`` (repeats and self loops are harmless).
+    One depth-first search (iterative) finds the components (Tarjan) and each
+    task's lowpoint: the least preorder number that an edge out of its subtree
+    reaches inside its component, through a *witness* edge ``w -> x``. For a
+    task ``v`` that is not the first of its component to be visited, ``x`` lies
+    earlier than ``v``, and ``v``'s cycle goes down the tree from ``v`` to ``w``
+    and jumps to ``x``; while ``x`` is not an ancestor of ``v`` it goes on from
+    ``x`` the same way (down to ``x``'s witness, and jump); from the first
+    ancestor it reaches it goes down the tree back to ``v``. Each jump lands
+    earlier in preorder, and no leg enters the subtree of an earlier one (that
+    would give its start a lower lowpoint), so the cycle is simple. The first
+    task of a component takes the way of its first child there, which ends with
+    the jump back to it. The legs passed are summed with a union-find over
+    finished tasks (path compression), and only the first ``limit`` tasks of a
+    cycle are listed, so the whole is near-linear however long the cycles are.
+
+    Returns:
+        The components of two or more tasks, one after another in ``members``,
+        the ``k``-th being ``members[bounds[k] : bounds[k + 1]]``; and for each
+        task on one, its cycle read from it as text: the ``names`` of its first
+        ``limit`` tasks joined by ``" -> "``, then the first name again if that
+        was all of them, else ``" -> ... (N tasks)"`` (None for other tasks).
+    """
+    size = len(starts) - 1
+    order = [-1] * size  # preorder number; -1 until visited, ``size`` once its component is done
+    low = [0] * size  # the lowpoint
+    down = [-1] * size  # the child toward the witness, or -1: the task is the witness
+    jump = [0] * size  # where the witness edge of the task's leg lands
+    leg = [0] * size  # tasks on the leg from the task down to its witness
+    link = [0] * size  # union-find over finished tasks: a later leg's start ...
+    summed = [0] * size  # ... and the tasks on the legs before it
+    lengths = [0] * size  # the length of the task's cycle
+    depth = [-1] * size  # position on ``path`` while on it, else -1
+    child_in = [-1] * size  # the first child to finish inside the same component
+    cursor = list(starts[:size])  # the next edge to follow
+    stack: list[int] = []
+    members: list[int] = []
+    bounds = [0]
+    out: list[str | None] = [None] * size
+    count = 0
+    for root in range(size):
+        if order[root] >= 0:
+            continue
+        order[root] = low[root] = count
+        count += 1
+        depth[root] = 0
+        stack.append(root)
+        path = [root]
+        while path:
+            node = path[-1]
+            for edge in range(cursor[node], starts[node + 1]):
+                dep = targets[edge]
+                seen = order[dep]
+                if seen < 0:
+                    cursor[node] = edge + 1
+                    order[dep] = low[dep] = count
+                    count += 1
+                    depth[dep] = len(path)
+                    path.append(dep)
+                    stack.append(dep)
+                    break
+                if seen < low[node]:  # (never so for a task of a component done before)
+                    low[node] = seen
+                    down[node] = -1
+                    jump[node] = dep
+            else:
+                top = len(path) - 1
+                first: list[int] = []
+                if low[node] < order[node]:  # not the first of its component: it has a way
+                    child = down[node]
+                    leg[node] = 1 if child < 0 else leg[child] + 1
+                    land = jump[node]
+                    between = 0
+                    if depth[land] < 0:  # a finished task: on through the links to an ancestor
+                        trail = []
+                        while depth[land] < 0:
+                            trail.append(land)
+                            land = link[land]
+                        for passed in reversed(trail):  # compress: each points at ``land`` now
+                            between += summed[passed]
+                            summed[passed] = between
+                            link[passed] = land
+                    lengths[node] = length = leg[node] + between + top - depth[land]
+                    link[node] = jump[node]
+                    summed[node] = leg[node]
+                    parent = path[-2]
+                    if child_in[parent] < 0:
+                        child_in[parent] = node
+                    at = node
+                else:  # the first task of its component: pop the component off
+                    mark = len(stack) - 1
+                    while stack[mark] != node:
+                        mark -= 1
+                    if mark < len(stack) - 1:
+                        members += stack[mark:]
+                        bounds.append(len(members))
+                    for done in stack[mark:]:
+                        order[done] = size
+                    del stack[mark:]
+                    at = child_in[node]
+                    if at >= 0:  # the way of that child, which ends with the jump back here
+                        lengths[node] = length = lengths[at]
+                        first.append(node)
+                if at >= 0:  # list the cycle: down each leg and jump, until back on ``path``
+                    while len(first) < limit:
+                        first.append(at)
+                        step = down[at]
+                        if step >= 0:
+                            at = step
+                            continue
+                        step = jump[at]
+                        above = depth[step]
+                        if above >= 0:  # an ancestor: down the tree back to ``node``
+                            first += path[above : min(top, above + limit - len(first))]
+                            break
+                        at = step
+                    out[node] = " -> ".join(map(names.__getitem__, first)) + (
+                        f" -> {names[node]}" if length <= limit else f" -> ... ({length} tasks)"
+                    )
+                depth[node] = -1
+                path.pop()
+                if path:
+                    parent = path[-1]
+                    if low[node] < low[parent]:
+                        low[parent] = low[node]
+                        down[parent] = node
+                        jump[parent] = jump[node]
+    return members, bounds, out
+
+
+def _cycle_problems(deps_of: dict[str, Sequence[str]], rest: Set[str]) -> list[Problem]:
+    """One dep_cycle problem per task on a cycle, naming a cycle through that very task.
+
+    ``rest`` holds every task a topological peel could not remove: the tasks on
+    cycles and those downstream of one. Every known dependency of such a task
+    is in ``rest`` too. The texts depend on the graph alone, not on input order.
+    """
+    # Fast path: every task left has exactly one dependency left (and so, as each has one
+    # left that depends on it, exactly one of those too): what is left is simple cycles,
+    # and the cycle through each task is its ring read from it.
+    next_of: dict[str, str] = {}
+    for node in rest:
+        deps: Iterable[str] = deps_of[node]
+        if len(deps_of[node]) != 1:
+            deps = {dep for dep in deps if dep in rest and dep != node}
+            if len(deps) != 1:
+                break
+        dep = next(iter(deps))
+        if dep not in rest or dep == node:
+            break
+        next_of[node] = dep
+    else:
+        problems: list[Problem] = []
+        while next_of:
+            node, dep = next_of.popitem()
+            ring = [node]
+            while dep != node:
+                ring.append(dep)
+                dep = next_of.pop(dep)
+            problems += map(Problem, ring, repeat(Code.DEP_CYCLE), _ring_texts(ring))
+        return problems
+
+    # The general case: number the tasks in id order, so that the search, and so the cycles
+    # named, depend on the graph alone; list each task's dependencies in that order too.
+    nodes = sorted(rest)
+    number = {node: at for at, node in enumerate(nodes)}
+    listed = list(map(deps_of.__getitem__, nodes))
+    starts = [0, *accumulate(map(len, listed))]
+    try:
+        targets = list(map(number.__getitem__, chain.from_iterable(listed)))
+    except KeyError:  # some unknown dependency: leave those out
+        listed = [[dep for dep in deps if dep in number] for deps in listed]
+        starts = [0, *accumulate(map(len, listed))]
+        targets = list(map(number.__getitem__, chain.from_iterable(listed)))
+    for lower, upper in pairwise(starts):
+        if upper - lower > 1:
+            targets[lower:upper] = sorted(targets[lower:upper])
+    names = list(map(_name, nodes))
+
+    members, bounds, texts = _cycles(starts, targets, names)
+    for lower, upper in pairwise(bounds):
+        if upper - lower < _BFS_LIMIT:  # a small one: a shortest cycle through each task
+            inside = set(members[lower:upper])
+            edges = {
+                task: sorted(inside.intersection(targets[starts[task] : starts[task + 1]]) - {task})
+                for task in inside
+            }
+            if len(inside) + sum(map(len, edges.values())) <= _BFS_LIMIT:
+                for task in inside:
+                    cycle = _shortest_cycle(task, edges)
+                    texts[task] = _cycle_words([names[step] for step in cycle], len(cycle))
+    return [  # in id order
+        Problem(task, Code.DEP_CYCLE, _CYCLE_TEXT + text)
+        for task, text in zip(nodes, texts, strict=True)
+        if text is not None
+    ]
+
+
+def _sort(problems: list[Problem]) -> None:
+    """Sort ``problems`` by ``(task, code, text)`` in place, without building a key per item."""
+    problems.sort(key=_TASK)
+    tasks = list(map(_TASK, problems))
+    if len(set(tasks)) == len(tasks):
+        return
+    start = 0
+    for at in range(1, len(tasks) + 1):
+        if at == len(tasks) or tasks[at] != tasks[start]:
+            if at - start > 1:
+                problems[start:at] = sorted(problems[start:at], key=_CODE_TEXT)
+            start = at
+
+
+# --- check -------------------------------------------------------------------------------------
 
 
 def check(tasks: Iterable[Task]) -> list[Problem]:
@@ -159,15 +403,20 @@ def check(tasks: Iterable[Task]) -> list[Problem]:
 
     The ten codes of :class:`~taskboard.Code`: an empty id; an id that occurs
     more than once; a state that is not one of the four; a dependency on no
-    task in the snapshot; a task depending on itself; a task on a dependency
-    cycle of two or more tasks (the text names a cycle, ``a -> b`` meaning
-    ``a`` depends on ``b``); ``CLAIMED`` without an owner, a lease or a token;
-    ``OPEN`` or ``FAILED`` with an owner or lease; ``DONE`` with an owner or
-    lease; ``CLAIMED`` while a known dependency (itself included) is not
-    ``DONE`` (with duplicate ids, a dependency is done only if every entry
-    is). An expired lease is not a problem. Duplicate entries of an id are
-    one task: one problem per (task, code), except one ``unknown_dep`` per
-    missing id.
+    task in the snapshot (the text names it by its full repr, so two of one
+    task always differ); a task depending on itself; a task on a dependency
+    cycle of two or more tasks (the text names a cycle through that task, read
+    from it, ``a -> b`` meaning ``a`` depends on ``b``; a shortest one where its
+    component is small, and after eight names only the length of a long one);
+    ``CLAIMED`` without an owner, a lease or a token; ``OPEN`` or ``FAILED``
+    with an owner or lease; ``DONE`` with an owner or lease; ``CLAIMED`` while
+    a known dependency (itself included) is not ``DONE`` (with duplicate ids, a
+    dependency is done only if every entry is). An expired lease is not a
+    problem. Duplicate entries of an id are one task: one problem per (task,
+    code), except one ``unknown_dep`` per missing id.
+
+    It never touches the garbage collector's settings, and it runs in time
+    near-linear in the size of the snapshot, whatever the graph's shape.
 
     Args:
         tasks: A snapshot, in any order, as ``Board.list_tasks()`` returns it.
@@ -183,59 +432,85 @@ def check(tasks: Iterable[Task]) -> list[Problem]:
             that is neither None nor a Lease. The message names the item by
             index and repr.
     """
-    with _collector_paused():
-        return _check(tasks)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    # check() allocates a few objects per task and frees none until it returns; on 100,000
-    # tasks the cyclic collector would rescan them again and again (a third of the time).
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _check(tasks: Iterable[Task]) -> list[Problem]:
-    snapshot, counts = _read(tasks)
-    indegree = dict.fromkeys(counts, 0)  # edges into each id, from other ids
-    found: dict[Code, dict[str, str]] = {code: {} for code in Code}  # code -> task -> text
-    missing: set[tuple[str, str]] = set()
-    not_done: set[str] = set()  # ids with an entry that is not DONE (unknown states included)
-    claimed: list[Task] = []
-    # Every id's dependencies; a duplicated id gets the union of its entries' (one graph node).
-    deps_of: dict[str, Sequence[str]] = {}
+    snapshot = _read(tasks)
+    ids: list[str] = list(map(_ID, snapshot))
+    deps_list: list[Sequence[str]] = list(map(_DEPS, snapshot))
+    problems: list[Problem] = []
+    found: dict[Code, dict[str, str]] = {}  # code -> task -> text, where entries may differ
 
     def report(task_id: str, code: Code, text: str) -> None:
         # Duplicate entries of one id may each offend: keep one text, order-independently.
-        old = found[code].get(task_id)
+        texts = found.setdefault(code, {})
+        old = texts.get(task_id)
         if old is None or text < old:
-            found[code][task_id] = text
+            texts[task_id] = text
 
-    for task in snapshot:
-        tid, deps, owner, lease = task.id, task.deps, task.owner, task.lease
-        earlier = deps_of.get(tid)
-        deps_of[tid] = deps if earlier is None else (*earlier, *deps)
-        for dep in deps:
-            if dep not in indegree:
-                missing.add((tid, dep))
-            elif dep != tid:
-                indegree[dep] += 1
-            else:
-                report(tid, Code.SELF_DEP, "depends on itself")
-        state = _state(task.state)
-        if state is not State.DONE:
-            not_done.add(tid)
-        if state is None:
-            report(
-                tid, Code.UNKNOWN_STATE, f"state {_show(task.state)} is not one of {_STATES_TEXT}"
+    # Ids. Every id's dependencies; a duplicated id gets the union of its entries' (one node).
+    known = set(ids)
+    deps_of: dict[str, Sequence[str]] = dict(zip(ids, deps_list, strict=True))
+    if len(known) < len(ids):
+        merged: dict[str, list[str]] = {}
+        for tid, count in Counter(ids).items():
+            if count > 1:
+                problems.append(Problem(tid, Code.DUPLICATE_ID, f"id occurs {count} times"))
+                merged[tid] = []
+        for tid, deps in zip(ids, deps_list, strict=True):
+            if tid in merged:
+                merged[tid] += deps
+        deps_of.update(merged)
+    if "" in known:
+        problems.append(Problem("", Code.EMPTY_ID, "id is empty"))
+
+    # Dependencies: unknown ones, self loops, and how many edges lead into each known id.
+    indegree = Counter(chain.from_iterable(deps_of.values()))
+    missing = indegree.keys() - known
+    if missing:
+        for tid, deps in deps_of.items():
+            if not missing.isdisjoint(deps):
+                # The full repr, never cut short: two unknown ids of one task always differ.
+                problems += [
+                    Problem(tid, Code.UNKNOWN_DEP, f"depends on unknown task {str.__repr__(dep)}")
+                    for dep in missing.intersection(deps)
+                ]
+        for dep in missing:
+            del indegree[dep]
+    for tid, deps in compress(deps_of.items(), map(contains, deps_of.values(), deps_of)):
+        report(tid, Code.SELF_DEP, "depends on itself")
+        left = indegree[tid] - deps.count(tid)
+        if left:
+            indegree[tid] = left
+        else:
+            del indegree[tid]
+
+    # States and holders.
+    states = list(map(_STATE, snapshot))
+    if set(map(type, states)) - {State}:
+        for tid, value in zip(ids, states, strict=True):
+            if _state(value) is None:
+                report(
+                    tid, Code.UNKNOWN_STATE, f"state {_show(value)} is not one of {_STATES_TEXT}"
+                )
+        states = [value if type(value) is State else _state(value) for value in states]
+    watched: list[int] = []
+    if (
+        State.CLAIMED in states
+        or any(map(_OWNER, snapshot))
+        or any(map(is_not, map(_LEASE, snapshot), repeat(None)))
+    ):
+        watched = [
+            index
+            for index, (state, owner, lease) in enumerate(
+                zip(states, map(_OWNER, snapshot), map(_LEASE, snapshot), strict=True)
             )
-        elif state is State.CLAIMED:
-            claimed.append(task)
+            if state is State.CLAIMED or owner or lease is not None
+        ]
+    not_done: set[str] = set()  # ids with an entry that is not DONE (unknown states included)
+    if watched:
+        not_done = {tid for tid, state in zip(ids, states, strict=True) if state is not State.DONE}
+    for index in watched:
+        task, state = snapshot[index], states[index]
+        tid, owner, lease = task.id, task.owner, task.lease
+        if state is State.CLAIMED:
             lacks = [] if owner else ["owner"]
             if lease is None:
                 lacks.append("lease")
@@ -243,7 +518,14 @@ def _check(tasks: Iterable[Task]) -> list[Problem]:
                 lacks.append("lease token")
             if lacks:
                 report(tid, Code.CLAIMED_WITHOUT_LEASE, f"claimed without {' or '.join(lacks)}")
-        elif owner or lease is not None:
+            blocking = sorted({dep for dep in task.deps if dep in not_done})
+            if blocking:
+                listed = ", ".join(_name(dep) for dep in blocking[:_SHOWN])
+                if len(blocking) > _SHOWN:
+                    listed += f", ... ({len(blocking)} in all)"
+                which = "dependency" if len(blocking) == 1 else "dependencies"
+                report(tid, Code.BLOCKED_CLAIM, f"claimed while {which} not done: {listed}")
+        elif state is not None:
             held = [f"owner {_show(owner)}"] if owner else []
             if lease is not None:
                 held.append("a lease")
@@ -252,43 +534,22 @@ def _check(tasks: Iterable[Task]) -> list[Problem]:
             else:
                 report(tid, Code.LEASE_WITHOUT_CLAIM, f"{state.value} but has {' and '.join(held)}")
 
-    for task in claimed:
-        blocking = sorted({dep for dep in task.deps if dep in not_done})
-        if blocking:
-            listed = ", ".join(_name(dep) for dep in blocking[:_SHOWN])
-            if len(blocking) > _SHOWN:
-                listed += f", ... ({len(blocking)} in all)"
-            which = "dependency" if len(blocking) == 1 else "dependencies"
-            report(task.id, Code.BLOCKED_CLAIM, f"claimed while {which} not done: {listed}")
+    # Cycles. Peel off every task no cycle reaches (Kahn's algorithm on in-degrees, with a
+    # task leaving ``indegree`` when nothing left depends on it); what stays goes on.
+    sources = list(known - indegree.keys())
+    while sources:
+        for dep in deps_of[sources.pop()]:
+            if dep in indegree:  # a known id other than the task itself, still in the graph
+                left = indegree[dep] - 1
+                if left:
+                    indegree[dep] = left
+                else:
+                    del indegree[dep]
+                    sources.append(dep)
+    if indegree:
+        problems += _cycle_problems(deps_of, indegree.keys())
 
-    for tid, count in counts.items():
-        if tid == "":
-            report(tid, Code.EMPTY_ID, "id is empty")
-        if count > 1:
-            report(tid, Code.DUPLICATE_ID, f"id occurs {count} times")
-
-    for comp in _cyclic(deps_of, indegree):
-        cycle = _cycle(comp, deps_of)
-        names = [_name(node) for node in cycle]
-        group = (
-            f"on a dependency cycle: its group of {len(comp)} mutually dependent tasks"
-            f" includes {_cycle_text(names, 0)}"
-        )
-        at = {node: index for index, node in enumerate(cycle)}
-        cyclic = found[Code.DEP_CYCLE]
-        for node in comp:
-            index = at.get(node)
-            # Components are disjoint and nothing else reports dep_cycle: no need for report().
-            cyclic[node] = (
-                group if index is None else f"on a dependency cycle: {_cycle_text(names, index)}"
-            )
-
-    problems = [
-        Problem(tid, code, text) for code, texts in found.items() for tid, text in texts.items()
-    ]
-    problems.extend(
-        Problem(tid, Code.UNKNOWN_DEP, f"depends on unknown task {_show(dep)}")
-        for tid, dep in missing
-    )
-    problems.sort(key=attrgetter("task", "code", "text"))
+    for code, texts in found.items():
+        problems += [Problem(tid, code, text) for tid, text in texts.items()]
+    _sort(problems)
     return problems

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import itertools
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from taskboard import Code, Lease, Problem, State, Task, check
+from taskboard import Code, Lease, Problem, State, Task, _check, check
 
 LEASE = Lease(token="tok", fence=1)
 PAST = datetime(2000, 1, 1, tzinfo=UTC)
@@ -115,6 +118,16 @@ def test_unknown_dep_once_per_missing_id() -> None:
     ]
 
 
+def test_unknown_deps_of_one_task_have_distinct_texts_naming_each_id() -> None:
+    """Each unknown dependency of a task gets its own text, naming its id in full (repr)."""
+    odd = ["", " ", "\n", "x" * 100 + "a", "x" * 100 + "b", "a'b", "ünï", "t\x00"]
+    problems = check([Task("t", deps=tuple(odd)), Task("x")])
+    assert [p.code for p in problems] == [Code.UNKNOWN_DEP] * len(odd)
+    texts = [p.text for p in problems]
+    assert len(set(texts)) == len(odd)
+    assert sorted(texts) == sorted(f"depends on unknown task {dep!r}" for dep in odd)
+
+
 def test_known_dep_is_not_unknown() -> None:
     """A dependency on a task in the snapshot, in any order, is not unknown_dep."""
     assert check([Task("a", deps=("b",)), Task("b")]) == []
@@ -152,15 +165,15 @@ def test_task_depending_on_a_cycle_is_not_on_it() -> None:
     assert codes(tasks) == [("a", Code.DEP_CYCLE), ("b", Code.DEP_CYCLE)]
 
 
-def test_dep_cycle_covers_the_whole_component() -> None:
-    """Tasks of a cyclic component off the named cycle are reported too, naming that cycle."""
+def test_dep_cycle_names_a_cycle_through_each_task_of_the_component() -> None:
+    """A task of a cyclic component off another task's cycle names a cycle through itself."""
     tasks = [Task("a", deps=("b",)), Task("b", deps=("a", "c")), Task("c", deps=("b",))]
     by_task = {p.task: p.text for p in check(tasks)}
-    assert by_task["a"] == "on a dependency cycle: a -> b -> a"
-    assert by_task["b"] == "on a dependency cycle: b -> a -> b"
-    assert by_task["c"] == (
-        "on a dependency cycle: its group of 3 mutually dependent tasks includes a -> b -> a"
-    )
+    assert by_task == {
+        "a": "on a dependency cycle: a -> b -> a",
+        "b": "on a dependency cycle: b -> a -> b",
+        "c": "on a dependency cycle: c -> b -> c",
+    }
 
 
 def test_long_cycle_text_is_cut_short() -> None:
@@ -286,6 +299,211 @@ def test_problems_sorted_by_task_code_text() -> None:
     ]
 
 
+# --- the cycle each dep_cycle names ---------------------------------------------------------
+
+CYCLE_TEXT = "on a dependency cycle: "
+
+
+def named_cycle(text: str) -> tuple[list[str], int]:
+    """The ids a dep_cycle text lists, from the task on, and the length it gives the cycle."""
+    assert text.startswith(CYCLE_TEXT), text
+    body = text.removeprefix(CYCLE_TEXT)
+    head, cut, tail = body.partition(" -> ... (")
+    if cut:
+        assert tail.endswith(" tasks)"), text
+        return head.split(" -> "), int(tail.removesuffix(" tasks)"))
+    listed = body.split(" -> ")
+    assert listed[-1] == listed[0], f"{text!r} does not close"
+    return listed[:-1], len(listed) - 1
+
+
+def named_cycles(tasks: list[Task]) -> dict[str, tuple[list[str], int]]:
+    """Each dep_cycle task's named cycle, checked to be a real cycle of the graph through it.
+
+    The ids listed must be distinct, each must depend on the next (and, when the
+    whole cycle is listed, the last on the first), and a cut-short text must list
+    eight of them; the length is returned for the caller to judge.
+    """
+    deps: dict[str, set[str]] = {}
+    for task in tasks:
+        deps.setdefault(task.id, set()).update(task.deps)
+    named: dict[str, tuple[list[str], int]] = {}
+    for problem in check(tasks):
+        if problem.code != Code.DEP_CYCLE:
+            continue
+        listed, length = named_cycle(problem.text)
+        assert listed[0] == problem.task, problem
+        assert len(set(listed)) == len(listed), f"not a simple cycle: {problem}"
+        assert 2 <= length <= len(deps), problem
+        assert len(listed) == min(length, 8), problem
+        hops = [*listed, listed[0]] if len(listed) == length else listed
+        for task_id, dep in itertools.pairwise(hops):
+            assert dep != task_id, problem
+            assert dep in deps[task_id], f"no edge {task_id} -> {dep}: {problem}"
+        named[problem.task] = (listed, length)
+    return named
+
+
+def on_cycles(tasks: list[Task]) -> set[str]:
+    """The tasks in networkx's strongly connected components of two or more tasks."""
+    digraph: nx.DiGraph[str] = nx.DiGraph()
+    ids = {t.id for t in tasks}
+    digraph.add_edges_from((t.id, d) for t in tasks for d in t.deps if d in ids and d != t.id)
+    return {n for c in nx.strongly_connected_components(digraph) if len(c) > 1 for n in c}
+
+
+def graph(**deps: str) -> list[Task]:
+    """Tasks from ``id="dep dep ..."`` keywords."""
+    return [Task(task_id, deps=tuple(listed.split())) for task_id, listed in deps.items()]
+
+
+def chorded_cycle(n: int) -> list[Task]:
+    """A cycle of n tasks where every third task also depends on the task five ahead."""
+    return [
+        Task(f"t{i}", deps=(f"t{(i + 1) % n}", *((f"t{(i + 5) % n}",) if i % 3 == 0 else ())))
+        for i in range(n)
+    ]
+
+
+CYCLE_GRAPHS = {
+    "bug report": graph(a="b", b="a c", c="b"),
+    "figure eight": graph(hub="a1 b1", a1="a2", a2="hub", b1="b2", b2="hub"),
+    "two cycles sharing two tasks": graph(s="p", p="x y", x="s", y="z", z="s"),
+    "tail into a cycle, tail out of it": graph(
+        t1="t2", t2="c1", c1="c2 o1", c2="c3", c3="c1", o1="o2", o2=""
+    ),
+    "self loops": graph(a="a b", b="a", solo="solo"),
+    "complete graph": graph(a="b c d e", b="a c d e", c="a b d e", d="a b c e", e="a b c d"),
+    "1000-task simple cycle": [Task(f"t{i}", deps=(f"t{(i + 1) % 1000}",)) for i in range(1000)],
+    "300-task chorded cycle": chorded_cycle(300),
+}
+
+# Small components get a shortest cycle per task (BFS); a limit of 0 sends every component
+# through the depth-first search that large ones take, so both ways are tested on each graph.
+STRATEGIES = pytest.mark.parametrize(
+    "bfs_limit", [_check._BFS_LIMIT, 0], ids=["shortest", "depth-first"]
+)
+
+
+@STRATEGIES
+@pytest.mark.parametrize("name", CYCLE_GRAPHS)
+def test_each_dep_cycle_names_a_real_cycle_through_its_task(
+    name: str, bfs_limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every task on a cycle, and only those, names a simple cycle of the graph through it."""
+    monkeypatch.setattr(_check, "_BFS_LIMIT", bfs_limit)
+    tasks = CYCLE_GRAPHS[name]
+    named = named_cycles(tasks)
+    assert set(named) == on_cycles(tasks)
+    assert check(reversed(tasks)) == check(tasks)
+
+
+@STRATEGIES
+def test_figure_eight_names_the_loop_each_task_is_on(
+    bfs_limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a figure eight each task names its own loop; the shared task names one of the two."""
+    monkeypatch.setattr(_check, "_BFS_LIMIT", bfs_limit)
+    named = {task: cycle for task, (cycle, _) in named_cycles(CYCLE_GRAPHS["figure eight"]).items()}
+    assert named["a1"] == ["a1", "a2", "hub"]
+    assert named["b2"] == ["b2", "hub", "b1"]
+    assert named["hub"] in (["hub", "a1", "a2"], ["hub", "b1", "b2"])
+
+
+def test_tail_tasks_are_not_on_a_cycle() -> None:
+    """Tasks on a tail into or out of a cycle are not dep_cycle; the cycle's tasks are."""
+    tasks = CYCLE_GRAPHS["tail into a cycle, tail out of it"]
+    assert codes(tasks) == [(task, Code.DEP_CYCLE) for task in ("c1", "c2", "c3")]
+
+
+def test_self_loop_is_never_named_as_a_cycle() -> None:
+    """A self loop is self_dep only; a task with one, on a cycle too, names the real cycle."""
+    by_code = {(p.task, p.code): p.text for p in check(CYCLE_GRAPHS["self loops"])}
+    assert by_code == {
+        ("a", Code.DEP_CYCLE): "on a dependency cycle: a -> b -> a",
+        ("a", Code.SELF_DEP): "depends on itself",
+        ("b", Code.DEP_CYCLE): "on a dependency cycle: b -> a -> b",
+        ("solo", Code.SELF_DEP): "depends on itself",
+    }
+
+
+def test_simple_cycle_names_itself_from_each_task() -> None:
+    """Each task of a 1000-task cycle names that cycle read from it, cut short, with its length."""
+    ring = [f"t{i}" for i in range(1000)]
+    named = named_cycles(CYCLE_GRAPHS["1000-task simple cycle"])
+    assert named == {ring[i]: ([ring[(i + k) % 1000] for k in range(8)], 1000) for i in range(1000)}
+
+
+@given(st.data())
+def test_small_component_names_a_shortest_cycle(data: st.DataObject) -> None:
+    """In a small component each task names a real cycle through it, and a shortest one."""
+    ids = [f"n{i}" for i in range(data.draw(st.integers(2, 8)))]
+    tasks = [
+        Task(task_id, deps=tuple(data.draw(st.lists(st.sampled_from(ids), max_size=3))))
+        for task_id in ids
+    ]
+    named = named_cycles(tasks)
+    assert set(named) == on_cycles(tasks)
+    digraph: nx.DiGraph[str] = nx.DiGraph()
+    digraph.add_edges_from((t.id, d) for t in tasks for d in t.deps if d != t.id)
+    for task_id, (_, length) in named.items():
+        back = [
+            nx.shortest_path_length(digraph, dep, task_id)
+            for dep in digraph.successors(task_id)
+            if nx.has_path(digraph, dep, task_id)
+        ]
+        assert length == 1 + min(back)
+
+
+@given(st.data())
+def test_depth_first_cycles_are_real_cycles(data: st.DataObject) -> None:
+    """The depth-first search names, for every task of every component, a whole simple cycle."""
+    size = data.draw(st.integers(1, 40))
+    succ = [
+        data.draw(st.lists(st.integers(0, size - 1), max_size=4).map(sorted)) for _ in range(size)
+    ]
+    starts = [0, *itertools.accumulate(map(len, succ))]
+    targets = list(itertools.chain.from_iterable(succ))
+    members, bounds, texts = _check._cycles(starts, targets, [f"n{i}" for i in range(size)], size)
+    digraph: nx.DiGraph[int] = nx.DiGraph()
+    digraph.add_nodes_from(range(size))
+    digraph.add_edges_from((v, d) for v, deps in enumerate(succ) for d in deps if d != v)
+    components = [c for c in nx.strongly_connected_components(digraph) if len(c) > 1]
+    found = [set(members[lo:hi]) for lo, hi in itertools.pairwise(bounds)]
+    assert sorted(map(sorted, found)) == sorted(map(sorted, components))
+    on_one = set().union(*components)
+    for task, text in enumerate(texts):
+        if task not in on_one:
+            assert text is None
+            continue
+        assert text is not None
+        listed = [int(name.removeprefix("n")) for name in text.split(" -> ")]
+        assert listed[0] == listed[-1] == task
+        assert len(set(listed[:-1])) == len(listed) - 1 >= 2
+        assert all(digraph.has_edge(a, b) for a, b in itertools.pairwise(listed))
+
+
+@pytest.mark.parametrize("n", [100, 1000])
+def test_depth_first_cycles_of_a_long_chorded_cycle_are_whole_and_simple(n: int) -> None:
+    """On long cycles with shortcuts, each task's cycle listed in full is a real simple cycle."""
+    tasks = chorded_cycle(n)
+    names = [t.id for t in tasks]
+    number = {name: i for i, name in enumerate(names)}
+    succ = [sorted(number[d] for d in t.deps) for t in tasks]
+    starts = [0, *itertools.accumulate(map(len, succ))]
+    targets = list(itertools.chain.from_iterable(succ))
+    whole = _check._cycles(starts, targets, names, n)[2]
+    cut = _check._cycles(starts, targets, names)[2]
+    for task, text, short in zip(tasks, whole, cut, strict=True):
+        assert text is not None
+        listed = text.split(" -> ")
+        assert listed[0] == listed[-1] == task.id
+        assert len(set(listed[:-1])) == len(listed) - 1
+        for name, dep in itertools.pairwise(listed):
+            assert dep in tasks[number[name]].deps
+        assert short == " -> ".join(listed[:8]) + f" -> ... ({len(listed) - 1} tasks)"
+
+
 # --- garbage in: TypeError naming the item ---------------------------------------------------
 
 
@@ -390,19 +608,40 @@ def test_acyclic_graph_never_reports_cycles(raw: list[list[int]]) -> None:
     assert check(tasks) == []
 
 
-def test_check_leaves_the_garbage_collector_as_it_found_it() -> None:
-    """check() pauses the cyclic collector while it runs and restores its state after."""
-    import gc
+@pytest.mark.parametrize("enabled", [True, False], ids=["gc-enabled", "gc-disabled"])
+def test_check_leaves_the_garbage_collector_alone(enabled: bool) -> None:
+    """The collector is as the caller left it before, all through check() and after."""
+    seen: list[bool] = []
 
-    assert gc.isenabled()
-    check([Task("a")])
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        check([Task("a")])
-        assert not gc.isenabled()
-    finally:
+    class Spy(str):
+        # Hashed by every dict and set check() builds: it sees the collector's state throughout.
+        def __hash__(self) -> int:
+            seen.append(gc.isenabled())
+            return str.__hash__(self)
+
+    def tasks() -> Iterator[Task]:
+        for i in range(50):
+            seen.append(gc.isenabled())
+            yield Task(Spy(f"t{i}"), deps=(Spy(f"t{(i + 1) % 50}"), Spy(f"t{(i + 7) % 50}")))
+
+    was_enabled = gc.isenabled()
+    if enabled:
         gc.enable()
-    with pytest.raises(TypeError):
-        check([object()])  # type: ignore[list-item]
-    assert gc.isenabled()
+    else:
+        gc.disable()
+    try:
+        problems = check(tasks())
+        after = gc.isenabled()
+        with pytest.raises(TypeError):
+            check([object()])  # type: ignore[list-item]
+        after_error = gc.isenabled()
+    finally:
+        if was_enabled:
+            gc.enable()
+        else:
+            gc.disable()
+    assert len(problems) == 50
+    assert len(seen) > 100
+    assert set(seen) == {enabled}
+    assert after is enabled
+    assert after_error is enabled
