@@ -26,6 +26,7 @@ from taskboard._errors import (
     TakenError,
     TerminalError,
 )
+from taskboard._profiles import register_profiles
 
 __all__ = [
     "BlockedError",
@@ -51,6 +52,10 @@ __all__ = [
     "concurrent_claim",
     "duplicate_token_submit",
 ]
+
+# The taskboard-dev, -ci and -nightly Hypothesis profiles load by name once taskboard is
+# imported (the pytest plugin registers them too, before any import).
+register_profiles()
 
 # Tracebacks, reprs and docs show the public path (taskboard.TakenError), not the private module.
 for _name in __all__:

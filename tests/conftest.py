@@ -2,6 +2,7 @@
 and the real servers (PostgreSQL, Redis) that server-backed tests need."""
 
 import os
+from typing import NoReturn
 
 import pytest
 from hypothesis import settings
@@ -13,18 +14,24 @@ pytest_plugins = ["pytester"]
 register_profiles()
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", CI))
 
-#: Set by ``.ci/run``: a server test that would skip fails instead, so CI never tests less.
+#: Set by ``.ci/run``: a test that would skip for want of a server or a browser fails
+#: instead, so CI never tests less.
 REQUIRE_SERVERS = os.environ.get("TASKBOARD_REQUIRE_SERVERS") == "1"
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip for ``reason`` (a server or program this machine lacks); fail when CI requires
+    everything it installs."""
+    if REQUIRE_SERVERS:
+        pytest.fail(f"{reason}, but TASKBOARD_REQUIRE_SERVERS=1")
+    pytest.skip(reason)
 
 
 def server_url(variable: str, server: str) -> str:
     """The URL in ``variable``, or a skip saying why (a failure when CI requires servers)."""
     url = os.environ.get(variable)
     if not url:
-        reason = f"{variable} is not set: no {server} to test against"
-        if REQUIRE_SERVERS:
-            pytest.fail(f"{reason}, but TASKBOARD_REQUIRE_SERVERS=1")
-        pytest.skip(reason)
+        unavailable(f"{variable} is not set: no {server} to test against")
     return url
 
 
@@ -38,3 +45,29 @@ def redis_server_url() -> str:
 def postgres_server_url() -> str:
     """``TASKBOARD_POSTGRES_URL``: a PostgreSQL server on loopback, or a skip with the reason."""
     return server_url("TASKBOARD_POSTGRES_URL", "PostgreSQL server")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line for the tests that skipped for want of a server, per server, instead of one
+    line per test; every other skip is listed with its reason."""
+    by_reason: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        by_reason[reason] = by_reason.get(reason, 0) + 1
+    if not by_reason:
+        return
+    servers = {r: n for r, n in by_reason.items() if "_URL is not set" in r}
+    lines = [
+        f"{n} skipped: {reason}" for reason, n in sorted(by_reason.items()) if reason not in servers
+    ]
+    if servers:
+        names = ", ".join(sorted(reason.split(" ", 1)[0] for reason in servers))
+        lines.append(
+            f"{sum(servers.values())} server tests skipped: {names} not set "
+            "(.ci/run starts the servers; see docs/hosts.md)"
+        )
+    terminalreporter.write_sep("-", "skipped")
+    for line in lines:
+        terminalreporter.write_line(line)

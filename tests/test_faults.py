@@ -388,6 +388,7 @@ def test_tolerant_mode_reports_a_snapshot_that_matches_neither_outcome() -> None
 SEQUENTIAL_MUTANTS = [m for m in MUTANTS if not getattr(m, "concurrent", False)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", SEQUENTIAL_MUTANTS, ids=lambda m: m.__name__)
 def test_faults_do_not_hide_a_mutant(mutant: type[MemoryBoard]) -> None:
     """Every sequential mutant behind 5% faults is still caught in tolerant mode."""
@@ -518,11 +519,13 @@ def test_an_outer_alarm_keeps_running_through_board_calls() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0.5)
         started = time.monotonic()
         board = BoardMachine.for_board(MemoryBoard)
-        deadline = started + 2
+        # A paused (or re-armed) alarm would not go off while calls keep coming; the margin
+        # is for a loaded machine, where a signal handler may run late.
+        deadline = started + 6
         while not fired and time.monotonic() < deadline:
             run(board, settings(QUICK, max_examples=2))
         assert fired, "the outer alarm never went off"
-        assert fired[0] - started < 1.5
+        assert fired[0] - started < 5
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

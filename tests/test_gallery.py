@@ -53,6 +53,7 @@ def test_hooked_base_passes() -> None:
     run_state_machine_as_test(machine_for(_HookedBoard), settings=SETTINGS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", SEQUENTIAL, ids=lambda m: m.__name__)
 def test_machine_catches(mutant: type[MemoryBoard]) -> None:
     """BoardMachine finds a contract violation in the sequential mutant under the CI profile."""

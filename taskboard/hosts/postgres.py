@@ -2,7 +2,7 @@
 
 This is a reference host that shows how to meet the contract (SPEC sections
 1-3) on PostgreSQL, with `psycopg 3 <https://www.psycopg.org/psycopg3/>`_
-(``pip install 'taskboard[postgres]'``); it is not a storage product (no
+(``pip install 'taskboard-contract[postgres]'``); it is not a storage product (no
 migrations, no pooling policy beyond a few idle connections, no tuning).
 """
 
@@ -33,7 +33,7 @@ try:
     from psycopg.rows import TupleRow
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "taskboard.hosts.postgres needs psycopg 3: pip install 'taskboard[postgres]'"
+        "taskboard.hosts.postgres needs psycopg 3: pip install 'taskboard-contract[postgres]'"
     ) from exc
 
 __all__ = ["PostgresBoard"]

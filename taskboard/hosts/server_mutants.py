@@ -33,7 +33,7 @@ try:
     import redis
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "taskboard.hosts.server_mutants needs redis-py: pip install 'taskboard[redis]'"
+        "taskboard.hosts.server_mutants needs redis-py: pip install 'taskboard-contract[redis]'"
     ) from exc
 
 __all__ = [
