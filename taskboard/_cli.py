@@ -24,9 +24,12 @@ from taskboard._contract import Lease, Task
 from taskboard._fuzz import (
     DEFAULT_TARGET,
     MODES,
+    WHAT_TO_PASS,
     FuzzReport,
     UsageError,
+    check_writable_file,
     fuzz,
+    machine_of,
     parse_budget,
 )
 from taskboard._fuzz import resolve_target as _resolve_target
@@ -42,6 +45,8 @@ from taskboard.stateful._tracefile import (
 __all__ = ["main"]
 
 OK, FOUND, USAGE, FAULT = 0, 1, 2, 3
+#: The shell's code for a run stopped by Ctrl-C (128 + SIGINT).
+INTERRUPTED = 130
 
 #: Transitions worth seeing reached, as (state, operation, outcome), with what they mean.
 KEY_TRANSITIONS = (
@@ -213,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, TraceFileError) as exc:
         print(f"taskboard {args.command}: error: {exc}", file=sys.stderr)
         return USAGE
+    except KeyboardInterrupt:
+        print(f"taskboard {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return INTERRUPTED
 
 
 # -- fuzz -----------------------------------------------------------------------------------
@@ -237,8 +245,8 @@ def _fuzz(args: argparse.Namespace) -> int:
         tolerate_faults=args.tolerate_faults,
         clock=args.clock,
         clock_skew=args.clock_skew,
-        on_start=lambda: print(
-            f"taskboard fuzz: {args.target}, budget {args.budget}, {crew}"
+        on_start=lambda seed: print(
+            f"taskboard fuzz: {args.target}, budget {args.budget}, {crew}, seed {seed}"
             + (", wall clock" if args.clock == "wall" else ""),
             file=sys.stderr,
         ),
@@ -247,23 +255,31 @@ def _fuzz(args: argparse.Namespace) -> int:
     if report.failure is not None:
         print("\n" + report.failure)
         return FAULT if report.fault else FOUND
-    return OK
+    return INTERRUPTED if report.interrupted else OK
 
 
 def _summary(report: FuzzReport) -> str:
-    verdict = (
-        "no violation found"
-        if report.failure is None
-        else "STOPPED: an infrastructure fault, not a contract violation (below)"
-        if report.fault
-        else "FAILED: a contract violation (below)"
-    )
-    runs = f", {report.parallel_runs} parallel program runs" if report.parallel_runs else ""
+    if report.failure is not None:
+        verdict = (
+            "STOPPED: an infrastructure fault, not a contract violation (below)"
+            if report.fault
+            else "FAILED: a contract violation (below)"
+        )
+    elif report.interrupted:
+        verdict = "INTERRUPTED (Ctrl-C): no violation found so far"
+    else:
+        verdict = "no violation found"
     lines = [
         f"{report.examples} examples, {report.steps} steps in {report.seconds:.1f}s "
-        f"({report.steps_per_second:,.0f} steps/s{runs}, {report.workers} worker"
+        f"({report.steps_per_second:,.0f} steps/s, {report.workers} worker"
         f"{'s' if report.workers != 1 else ''}): {verdict}",
     ]
+    if report.parallel_runs:
+        lines.append(
+            f"{report.parallel_programs} parallel programs ({report.parallel_runs} parallel "
+            f"program runs, {report.programs_per_second:,.1f} programs/s)"
+        )
+    lines.append(f"seed {report.seed}: rerun with --seed {report.seed}")
     if report.mode == "sequential":
         lines.append(
             "races were not checked: sequential programs only (--mode sequential); run "
@@ -298,6 +314,10 @@ def _summary(report: FuzzReport) -> str:
     missing = sum(1 for key, _ in keys if not _count(report.transitions, *key))
     if missing:
         lines.append(f"  {missing} key transition(s) never reached (!!): run longer")
+    if report.concurrent_calls:
+        lines += ["", "parallel coverage (calls made by racing threads, operation -> outcome):"]
+        for (op, outcome), count in sorted(report.concurrent_calls.items()):
+            lines.append(f"    {op:<32} -> {outcome:<15} {count:>8}")
     return "\n".join(lines)
 
 
@@ -315,12 +335,12 @@ def _replay(args: argparse.Namespace) -> int:
     target = args.board or trace.target
     if not target:
         raise UsageError("the trace names no board; pass --board module:Name")
-    board = _resolve_target(target)
+    if args.emit_test:
+        check_writable_file(args.emit_test, "--emit-test")
+    found = _resolve_target(target)
+    board = machine_of(found, target) or found
     if not callable(board):
-        raise UsageError(
-            f"{target!r} is {board!r}: give a board factory (tasks, clock) -> Board or a "
-            "BoardMachine subclass"
-        )
+        raise UsageError(f"{target!r} is {board!r}, not a board: {WHAT_TO_PASS}")
     calls = sum(1 for step in trace.steps if step.call is not None)
     if trace.program is not None:
         threads = len(trace.program.threads)
@@ -330,9 +350,12 @@ def _replay(args: argparse.Namespace) -> int:
             f"replaying {len(trace.steps)} steps ({calls} board calls) of {args.trace} on {target}"
         )
     if trace.verdict is not None:
-        where = (
-            "the initial snapshot" if trace.verdict.step is None else f"step {trace.verdict.step}"
-        )
+        if trace.program is not None:
+            where = "the concurrent history of its threads"
+        elif trace.verdict.step is None:
+            where = "the initial snapshot"
+        else:
+            where = f"step {trace.verdict.step}"
         if trace.verdict.clause == "infrastructure fault":
             print(f"recorded: an infrastructure fault at {where}")
         else:
@@ -345,8 +368,12 @@ def _replay(args: argparse.Namespace) -> int:
     for difference in result.differences:
         print(f"  note: {difference}")
     if args.emit_test:
-        Path(args.emit_test).write_text(render_regression_test(trace, target), encoding="utf-8")
-        print(f"regression test written to {args.emit_test}")
+        try:
+            Path(args.emit_test).write_text(render_regression_test(trace, target), encoding="utf-8")
+        except OSError as exc:  # the verdict below still prints
+            print(f"regression test NOT written to {args.emit_test}: {exc}")
+        else:
+            print(f"regression test written to {args.emit_test}")
     if result.passed:
         print(f"PASS: {result.report}")
         return OK

@@ -8,17 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import math
 import multiprocessing
 import os
 import queue
+import random
 import re
+import signal
 import sys
+import threading
 import time
+import unittest
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 from hypothesis import seed as hypothesis_seed
@@ -27,7 +34,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskboard._clock import CLOCK_MODES
+from taskboard._clock import CLOCK_MODES, SystemClock
 from taskboard._contract import Task
 from taskboard._profiles import NIGHTLY, register_profiles
 from taskboard.model import ContractViolation, violations_in
@@ -40,7 +47,7 @@ from taskboard.stateful._machine import (
     failures_reported,
     grid_start,
 )
-from taskboard.stateful._parallel import run_parallel_state_machine
+from taskboard.stateful._parallel import RUNS_PER_PROGRAM, run_parallel_state_machine
 from taskboard.stateful._processes import address_of
 
 __all__ = [
@@ -105,24 +112,76 @@ def resolve_target(target: str) -> Any:
     return found
 
 
+#: What every board has (SPEC 1); a target class or made board without them is no board.
+BOARD_OPERATIONS = ("list_tasks", "claim", "release", "complete")
+#: What a target may be, for usage errors.
+WHAT_TO_PASS = (
+    "pass module:Name of a board class or factory (tasks, clock) -> Board, a BoardMachine "
+    "subclass, a BoardContract subclass, or a machine's TestCase"
+)
+
+
+def machine_of(found: Any, target: str) -> type[BoardMachine] | None:
+    """The machine that ``found`` stands for when it is a BoardMachine subclass, a
+    :class:`~taskboard.boardtest.BoardContract` subclass (its machine, on its hooks and
+    settings; its pytest fixtures do not run) or a machine's ``TestCase`` or
+    ``ParallelTestCase``; ``None`` for anything else.
+
+    Raises:
+        UsageError: ``found`` is some other test class.
+    """
+    from taskboard.boardtest import BoardContract  # it imports pytest
+
+    if not isinstance(found, type):
+        return None
+    if issubclass(found, BoardMachine):
+        return found
+    if issubclass(found, BoardContract):
+        if found.make_board is BoardContract.make_board:
+            raise UsageError(f"target {target!r} defines no make_board: {WHAT_TO_PASS}")
+        return found()._machine_class("Machine", trace_target=target)
+    machine: type[BoardMachine] | None = getattr(found, "_taskboard_machine", None)
+    if machine is not None:
+        return machine
+    if issubclass(found, unittest.TestCase) or (
+        not hasattr(found, "claim") and any(name.startswith("test") for name in vars(found))
+    ):
+        raise UsageError(f"target {target!r} is a test class, not a board: {WHAT_TO_PASS}")
+    missing = [op for op in BOARD_OPERATIONS if not callable(getattr(found, op, None))]
+    if missing:
+        raise UsageError(
+            f"target {target!r} is a class with no {', '.join(missing)}, not a board: "
+            f"{WHAT_TO_PASS}"
+        )
+    return None
+
+
 def machine_for_target(target: str) -> type[BoardMachine]:
-    """The BoardMachine to fuzz for ``target``: a BoardMachine subclass as it is, or a
-    machine around a board factory ``(tasks, clock) -> Board``.
+    """The BoardMachine to fuzz for ``target``: a BoardMachine subclass as it is, the machine
+    of a BoardContract subclass or of a machine's TestCase, or a machine around a board
+    factory ``(tasks, clock) -> Board``.
 
     A factory's ``clock_resolution`` and ``expired_lease_policy`` attributes, when it has
     them, are used; a board with a ``close()`` method is closed after each example.
 
     Raises:
-        UsageError: the target cannot be found, or is neither a machine nor callable.
+        UsageError: the target cannot be found, is another test class, or is neither a
+            machine nor callable.
     """
     found = resolve_target(target)
-    if isinstance(found, type) and issubclass(found, BoardMachine):
-        return found
+    machine_cls = machine_of(found, target)
+    if machine_cls is not None:
+        return machine_cls
     if not callable(found):
+        raise UsageError(f"target {target!r} is {found!r}, not a board: {WHAT_TO_PASS}")
+    try:
+        inspect.signature(found).bind([], SystemClock())
+    except TypeError:
         raise UsageError(
-            f"target {target!r} is {found!r}: give a BoardMachine subclass or a board "
-            "factory (tasks, clock) -> Board"
-        )
+            f"target {target!r} cannot be called as a board factory (tasks, clock): {WHAT_TO_PASS}"
+        ) from None
+    except ValueError:  # no signature to read (some builtins): the probe board will tell
+        pass
     machine = BoardMachine.for_board(found, trace_target=target)
     # Two targets may name the same factory differently; the database keys them apart.
     machine._hypothesis_internal_add_digest = target.encode()
@@ -170,7 +229,8 @@ def open_database(spec: str | None) -> ExampleDatabase | None:
             from hypothesis.extra.redis import RedisExampleDatabase
         except ImportError:
             raise UsageError(
-                "a redis:// database needs the redis client: pip install 'taskboard[redis]'"
+                "a redis:// database needs the redis client: "
+                "pip install 'taskboard-contract[redis]'"
             ) from None
         client = redis.Redis.from_url(spec, socket_connect_timeout=3, socket_timeout=5)
         try:
@@ -178,7 +238,43 @@ def open_database(spec: str | None) -> ExampleDatabase | None:
         except redis.RedisError as exc:
             raise UsageError(f"cannot reach the redis database at {spec}: {exc}") from None
         return RedisExampleDatabase(client, key_prefix=b"taskboard-fuzz")
+    check_writable_directory(spec, "--database")
     return DirectoryBasedExampleDatabase(spec)
+
+
+def check_writable_directory(path: str, option: str) -> None:
+    """Check that ``path`` is a directory this process may write in, or could create.
+
+    Raises:
+        UsageError: ``path`` is a file, or its nearest existing ancestor is not a
+            directory this process may write in.
+    """
+    where = Path(path).absolute()
+    if where.exists() and not where.is_dir():
+        raise UsageError(f"{option} {path!r} is not a directory")
+    existing = next(p for p in (where, *where.parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{option} {path!r}: {str(existing)!r} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path!r}: cannot write in {str(existing)!r}")
+
+
+def check_writable_file(path: str, option: str) -> None:
+    """Check that ``path`` names a file this process may create or overwrite.
+
+    Raises:
+        UsageError: ``path`` is a directory, or its directory does not exist or is not
+            writable.
+    """
+    where = Path(path).absolute()
+    if where.is_dir():
+        raise UsageError(f"{option} {path!r} is a directory, not a file")
+    if not where.parent.is_dir():
+        raise UsageError(f"{option} {path!r}: no directory {str(where.parent)!r}")
+    if not os.access(where.parent, os.W_OK | os.X_OK) or (
+        where.exists() and not os.access(where, os.W_OK)
+    ):
+        raise UsageError(f"{option} {path!r}: cannot write there")
 
 
 # -- running --------------------------------------------------------------------------------
@@ -203,11 +299,62 @@ class FuzzReport:
     parallel_runs: int = 0
     #: ``"mixed"``, ``"sequential"`` (races were not checked) or ``"parallel"``.
     mode: str = "mixed"
+    #: Seconds spent running parallel programs (all workers together).
+    parallel_seconds: float = 0.0
+    #: In parallel programs, each thread call's (operation, outcome): their coverage.
+    concurrent_calls: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: The seed the run started from (drawn when none was given): ``--seed`` repeats it.
+    seed: int | None = None
+    #: True when Ctrl-C stopped the run; the counts are those reached by then.
+    interrupted: bool = False
+
+    @property
+    def parallel_programs(self) -> int:
+        """Parallel programs run (each runs :data:`RUNS_PER_PROGRAM` times)."""
+        return self.parallel_runs // RUNS_PER_PROGRAM
+
+    @property
+    def programs_per_second(self) -> float:
+        """Parallel programs per second spent on them (each worker's seconds added up)."""
+        seconds = self.parallel_seconds
+        return self.parallel_runs / RUNS_PER_PROGRAM / seconds if seconds > 0 else 0.0
 
     @property
     def steps_per_second(self) -> float:
         """Machine steps per second of wall time, all workers together."""
         return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+
+@contextlib.contextmanager
+def _ctrl_c_requests_a_stop() -> Iterator[threading.Event]:
+    """An event that the first Ctrl-C sets, so that the run stops after the example under
+    way (a ``KeyboardInterrupt`` raised at a random point can be swallowed, in a finalizer
+    say). The second Ctrl-C interrupts at once, for a board call that hangs. Outside the
+    main thread, where no signal handler can be set, the event is never set."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def first_ctrl_c(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, previous)
+
+    signal.signal(signal.SIGINT, first_ctrl_c)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _interruptible(report: FuzzReport) -> Iterator[None]:
+    """Ctrl-C inside the block ends it quietly, with ``report.interrupted`` set."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        report.interrupted = True
 
 
 @contextlib.contextmanager
@@ -219,6 +366,7 @@ def _listening(report: FuzzReport, tick: Callable[[], None]) -> Iterator[None]:
             report.examples += 1
         report.steps += len(machine.trace)
         report.transitions.update(machine.transitions)
+        report.concurrent_calls.update(machine.concurrent_calls)
         tick()
 
     _LISTENERS.append(listener)
@@ -233,7 +381,7 @@ def _run_batches(
     *,
     deadline: float,
     max_examples: int | None,
-    seed: int | None,
+    seed: int,
     database: ExampleDatabase | None,
     trace_dir: str,
     report: FuzzReport,
@@ -260,12 +408,15 @@ def _run_batches(
                 runner = run_parallel_state_machine if parallel else run_state_machine_as_test
                 size = _PARALLEL_BATCH if parallel else _BATCH
                 batch = size if left is None else max(1, min(size, left // (3 if parallel else 1)))
-                if seed is not None:
-                    hypothesis_seed(seed + batch_index)(machine)
+                hypothesis_seed(seed + batch_index)(machine)
                 batch_index += 1
+                started = time.monotonic()
                 try:
                     with failures_reported(machine):
                         runner(machine, settings=settings(base, max_examples=batch))
+                except KeyboardInterrupt:
+                    report.interrupted = True
+                    return
                 except InfrastructureFault as fault:
                     report.failure, report.fault = str(fault), True
                     report.trace_file = fault.trace_file
@@ -284,6 +435,9 @@ def _run_batches(
                 except Exception as exc:  # the board or its hooks broke: a failure, reported
                     report.failure = f"the run stopped on an error: {type(exc).__name__}: {exc}"
                     return
+                finally:
+                    if parallel:
+                        report.parallel_seconds += time.monotonic() - started
     finally:
         for name in _PATCHED:
             if name in saved:
@@ -297,19 +451,26 @@ def _worker(
     index: int,
     deadline_seconds: float,
     max_examples: int | None,
-    seed: int | None,
+    seed: int,
     database: str | None,
     trace_dir: str,
     updates: Any,
     mode: str,
     overrides: Mapping[str, Any],
+    stop: Any,
 ) -> None:
-    """One fuzzing process: runs batches and sends its counts to the parent."""
+    """One fuzzing process: runs batches and sends its counts to the parent.
+
+    It starts with SIGINT ignored (the parent's Ctrl-C is not its own): the parent sets
+    ``stop`` instead, and the worker ends after the example under way, as Ctrl-C would.
+    """
     report = FuzzReport()
     last_sent = 0.0
 
     def tick() -> None:
         nonlocal last_sent
+        if stop.is_set():
+            raise KeyboardInterrupt
         now = time.monotonic()
         if now - last_sent > 0.5:
             updates.put(("progress", index, report.examples, report.steps))
@@ -317,11 +478,12 @@ def _worker(
 
     try:
         machine = machine_for_target(target)
+        probe_board(machine, target, pickles=bool(overrides.get("parallel_processes")))
         _run_batches(
             machine,
             deadline=time.monotonic() + deadline_seconds,
             max_examples=max_examples,
-            seed=None if seed is None else seed + 1_000_003 * index,
+            seed=seed + 1_000_003 * index,
             database=open_database(database),
             trace_dir=trace_dir,
             report=report,
@@ -329,27 +491,44 @@ def _worker(
             mode=mode,
             overrides=overrides,
         )
+    except KeyboardInterrupt:  # Ctrl-C outside a batch: stop as quietly as inside one
+        report.interrupted = True
+    except UsageError as exc:
+        updates.put(("usage", index, str(exc), None))
+        return
     except Exception as exc:  # a crash in a worker is reported, not swallowed
         updates.put(("crash", index, f"{type(exc).__name__}: {exc}", None))
         return
     updates.put(("done", index, report, None))
 
 
-def _check_pickles_as_client(machine: type[BoardMachine]) -> None:
-    """Make one board and check that it pickles, as ``--processes`` needs; other trouble
-    making it is left for the run to report as what it is.
+def probe_board(machine: type[BoardMachine], target: str, *, pickles: bool) -> None:
+    """Make one board and check that it is a board, and (``pickles``) that it pickles as a
+    client of its storage, as ``--processes`` needs. Trouble making it is left for the run
+    to report as what it is (an infrastructure fault).
 
     Raises:
-        UsageError: the board does not pickle as a client of its storage.
+        UsageError: ``make_board`` returned something that is no board, or it does not
+            pickle.
     """
     probe = machine()
     try:
-        probe._begin([Task(task_id) for task_id in TASK_IDS], grid_start(probe.tick))
-        address_of(probe.made_board)
-    except TypeError as exc:
-        raise UsageError(str(exc)) from None
-    except Exception:  # the run will meet it again and report it properly
-        pass
+        with contextlib.suppress(Exception):  # the run will meet it again and report it
+            probe._begin([Task(task_id) for task_id in TASK_IDS], grid_start(probe.tick))
+        made = getattr(probe, "made_board", None)
+        if made is None:
+            return
+        missing = [op for op in BOARD_OPERATIONS if not callable(getattr(made, op, None))]
+        if missing:
+            raise UsageError(
+                f"target {target!r} made a {type(made).__qualname__}, which is no board "
+                f"(it has no {', '.join(missing)}): {WHAT_TO_PASS}"
+            )
+        if pickles:
+            try:
+                address_of(made)
+            except TypeError as exc:
+                raise UsageError(str(exc)) from None
     finally:
         with contextlib.suppress(Exception):
             probe.teardown()
@@ -392,7 +571,7 @@ def fuzz(
     clock: str | None = None,
     clock_skew: float | None = None,
     processes: bool = False,
-    on_start: Callable[[], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> FuzzReport:
     """Fuzz ``target`` until the budget (seconds) or ``max_examples`` runs out, or a failure.
 
@@ -409,12 +588,16 @@ def fuzz(
     ``clock_mode`` and ``clock_skew`` likewise. ``processes`` runs each thread of a
     parallel program in an OS process of its own, on a client it opens by unpickling the
     board (SPEC 8).
-    ``on_start`` is called once the options have been checked, before anything runs.
+    ``seed`` repeats a run (one is drawn when it is ``None``; ``report.seed`` says which).
+    ``on_start`` is called with the seed once the options have been checked, before
+    anything runs. Ctrl-C (``KeyboardInterrupt``) stops the run, every worker with it, and
+    returns what it reached with ``report.interrupted`` set.
 
     Raises:
         UsageError: a bad target, database or argument.
     """
     machine, opened = check_options(target, workers, max_examples, database)
+    check_writable_directory(trace_dir, "--trace-dir")
     if mode not in MODES:
         raise UsageError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
     if parallel:
@@ -424,7 +607,6 @@ def fuzz(
         if mode == "sequential":
             raise UsageError("--processes runs parallel programs: use it without --mode sequential")
         overrides["parallel_processes"] = True
-        _check_pickles_as_client(machine)
     if call_timeout is not None:
         if not call_timeout >= 0 or call_timeout == float("inf"):
             raise UsageError(f"--call-timeout must be a number of seconds >= 0, got {call_timeout}")
@@ -441,40 +623,54 @@ def fuzz(
                 f"--clock-skew must be a number of milliseconds >= 0, got {clock_skew}"
             )
         overrides["clock_skew"] = timedelta(milliseconds=clock_skew)
+    if workers == 1:  # several workers probe in their own processes, as a board may exit
+        probe_board(machine, target, pickles=processes)
+    if seed is None:  # every run has a seed, printed, so that any run can be repeated
+        seed = random.randrange(2**32)
     if on_start is not None:  # after the options are known good: a mistake stays one line
-        on_start()
+        on_start(seed)
     started = time.monotonic()
     meter = _Progress(progress, started, budget)
-    if workers == 1:
-        report = FuzzReport()
-        _run_batches(
-            machine,
-            deadline=started + budget,
-            max_examples=max_examples,
-            seed=seed,
-            database=opened,
-            trace_dir=trace_dir,
-            report=report,
-            tick=lambda: meter.show(report.examples, report.steps, 0),
-            mode=mode,
-            overrides=overrides,
-        )
-    else:
-        report = _fuzz_in_processes(
-            target,
-            budget,
-            max_examples,
-            seed,
-            workers,
-            database,
-            trace_dir,
-            meter,
-            mode,
-            overrides,
-        )
+    with _ctrl_c_requests_a_stop() as stop:
+        if workers == 1:
+            report = FuzzReport()
+
+            def tick() -> None:
+                if stop.is_set():  # raised here, between examples, where nothing swallows it
+                    raise KeyboardInterrupt
+                meter.show(report.examples, report.steps, 0)
+
+            with _interruptible(report):
+                _run_batches(
+                    machine,
+                    deadline=started + budget,
+                    max_examples=max_examples,
+                    seed=seed,
+                    database=opened,
+                    trace_dir=trace_dir,
+                    report=report,
+                    tick=tick,
+                    mode=mode,
+                    overrides=overrides,
+                )
+        else:
+            report = _fuzz_in_processes(
+                target,
+                budget,
+                max_examples,
+                seed,
+                workers,
+                database,
+                trace_dir,
+                meter,
+                mode,
+                overrides,
+                stop,
+            )
     report.seconds = time.monotonic() - started
     report.workers = workers
     report.mode = mode
+    report.seed = seed
     report.clock_mode = overrides.get("clock_mode", machine.clock_mode)
     meter.close(report.examples, report.steps, int(report.failure is not None))
     return report
@@ -484,16 +680,18 @@ def _fuzz_in_processes(
     target: str,
     budget: float,
     max_examples: int | None,
-    seed: int | None,
+    seed: int,
     workers: int,
     database: str | None,
     trace_dir: str,
     meter: _Progress,
     mode: str,
     overrides: Mapping[str, Any],
+    interrupted: threading.Event,
 ) -> FuzzReport:
     context = multiprocessing.get_context("spawn")
     updates = context.Queue()
+    stop = context.Event()
     shares: list[int | None] = [None] * workers
     if max_examples is not None:
         shares = [max_examples // workers + (i < max_examples % workers) for i in range(workers)]
@@ -511,26 +709,43 @@ def _fuzz_in_processes(
                 updates,
                 mode,
                 overrides,
+                stop,
             ),
             daemon=True,
         )
         for i in range(workers)
     ]
-    for process in processes:
-        process.start()
     counts = dict.fromkeys(range(workers), (0, 0))
     total = FuzzReport()
     finished = 0
+    interrupted_at: float | None = None
     try:
+        # Workers inherit SIGINT ignored, so that a terminal's Ctrl-C, sent to the whole
+        # process group, reaches only this process, which then stops them through ``stop``.
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            for process in processes:
+                process.start()
+        finally:
+            signal.signal(signal.SIGINT, handler)
         while finished < workers:
+            if interrupted.is_set() and interrupted_at is None:
+                # Ctrl-C: stop the workers, and wait a moment for their last counts.
+                interrupted_at = time.monotonic()
+                total.interrupted = True
+                stop.set()
             try:
-                kind, index, first, second = updates.get(timeout=1.0)
+                kind, index, first, second = updates.get(timeout=0.2)
             except queue.Empty:
                 if not any(p.is_alive() for p in processes):
+                    break
+                if interrupted_at is not None and time.monotonic() - interrupted_at > 10:
                     break
                 continue
             if kind == "progress":
                 counts[index] = (first, second)
+            elif kind == "usage":  # every worker meets the same mistake: stop them all
+                raise UsageError(first)
             elif kind == "crash":
                 finished += 1
                 total.failure = total.failure or f"worker {index} crashed: {first}"
@@ -539,7 +754,10 @@ def _fuzz_in_processes(
                 done: FuzzReport = first
                 counts[index] = (done.examples, done.steps)
                 total.parallel_runs += done.parallel_runs
+                total.parallel_seconds += done.parallel_seconds
                 total.transitions.update(done.transitions)
+                total.concurrent_calls.update(done.concurrent_calls)
+                total.interrupted = total.interrupted or done.interrupted
                 if done.failure and total.failure is None:
                     total.failure, total.trace_file = done.failure, done.trace_file
                     total.fault = done.fault
@@ -552,7 +770,7 @@ def _fuzz_in_processes(
             if process.is_alive():
                 process.terminate()
             process.join(timeout=5)
-    if finished < workers and total.failure is None:
+    if finished < workers and total.failure is None and not total.interrupted:
         codes = ", ".join(str(p.exitcode) for p in processes)
         total.failure = (
             f"{workers - finished} of {workers} workers stopped without a report "

@@ -146,7 +146,7 @@ def test_fuzz_finds_the_mutant_and_writes_its_trace(found: Found) -> None:
     assert trace.target == MUTANT
     assert trace.verdict is not None
     assert f"contract violation at step {trace.verdict.step}" in result.stdout
-    assert result.stderr.splitlines() == [f"taskboard fuzz: {MUTANT}, budget 30s, 1 worker"]
+    assert result.stderr.splitlines() == [f"taskboard fuzz: {MUTANT}, budget 30s, 1 worker, seed 1"]
 
 
 def test_replay_on_the_recorded_target_fails(found: Found) -> None:
@@ -331,13 +331,13 @@ SNAPSHOT_TASK = '{"tasks": [TASK]}'
         pytest.param(
             ["fuzz", "taskboard._fuzz:DEFAULT_TARGET"],
             {},
-            "give a BoardMachine subclass or a board factory",
+            "not a board: pass module:Name of a board class or factory",
             id="not-callable",
         ),
         pytest.param(
             ["replay", "t.json", "--board", "taskboard._fuzz:DEFAULT_TARGET"],
             {"t.json": minimal_trace_json()},
-            "give a board factory",
+            "not a board: pass module:Name of a board class or factory",
             id="replay-board-not-callable",
         ),
         pytest.param(

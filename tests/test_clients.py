@@ -4,6 +4,7 @@ the parallel mode, the criteria's clients=, BoardContract, and fuzz's concurrenc
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -239,13 +240,20 @@ def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_fuzz_mixes_sequential_and_parallel_programs_by_default(tmp_path: Path) -> None:
-    """A plain fuzz run counts both sequential examples and parallel program runs."""
+    """A plain fuzz run counts both sequential examples and parallel programs, with the
+    programs' rate and the coverage of their racing calls."""
     result = cli(
         tmp_path, "fuzz", "taskboard.hosts.memory:MemoryBoard", "--max-examples", "80",
         "--seed", "1", "--quiet",
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "parallel program runs" in result.stdout.splitlines()[0]
+    first, second = result.stdout.splitlines()[:2]
+    assert re.match(r"[1-9]\d* examples", first), first
+    assert re.match(
+        r"[1-9]\d* parallel programs \(\d+ parallel program runs, [\d.]+ programs/s\)", second
+    )
+    coverage = result.stdout.partition("parallel coverage")[2]
+    assert re.search(r"^\s+claim\s+-> ok\s+[1-9]", coverage, re.MULTILINE), result.stdout
     assert "races were not checked" not in result.stdout
 
 

@@ -581,3 +581,23 @@ def test_a_wall_regression_test_warns_that_timing_may_not_repeat(tmp_path: Path)
     assert "may pass while the bug remains" in render_regression_test(trace, "m:Board")
     manual = dataclasses.replace(trace, clock_mode="manual")
     assert "may pass while the bug remains" not in render_regression_test(manual, "m:Board")
+
+
+def test_a_replay_that_drew_differently_reports_the_violation_seen() -> None:
+    """Hypothesis's FlakyStrategyDefinition (a wall-clock replay drew differently) carrying no
+    failure becomes the violation the run reported, noted as not recurring."""
+    from hypothesis.errors import FlakyStrategyDefinition
+
+    machine_cls = BoardMachine.for_board(MemoryBoard, clock_mode="wall", trace_target="")
+    machine = machine_cls()
+
+    def run_reporting_then_drawing_differently() -> None:
+        with failures_reported(machine_cls):
+            machine._report(ContractViolation("SPEC 3.1", "TakenError", "a lease"), None)
+            raise FlakyStrategyDefinition("Inconsistent data generation!")
+
+    with pytest.raises(ContractViolation, match="did not recur") as caught:
+        run_reporting_then_drawing_differently()
+    assert caught.value.clause == "SPEC 3.1"
+    with pytest.raises(FlakyStrategyDefinition), failures_reported(machine_cls):
+        raise FlakyStrategyDefinition("no failure was seen in this run")

@@ -49,3 +49,10 @@ __all__ = [
     "is_live",
     "violations_in",
 ]
+
+# Tracebacks, reprs and docs show the public path (taskboard.model.Name), not the private module.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) and _obj.__module__.startswith("taskboard.model._"):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -45,3 +45,10 @@ __all__ = [
 ]
 
 register_profiles()
+
+# Tracebacks, reprs and docs show the public path (taskboard.stateful.Name), not the private module.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) and _obj.__module__.startswith("taskboard.stateful._"):
+        _obj.__module__ = __name__
+del _name, _obj

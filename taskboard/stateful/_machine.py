@@ -6,14 +6,17 @@ import dataclasses
 import functools
 import inspect
 import os
+import sysconfig
 import time
+import traceback
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from types import TracebackType
 from typing import Any, ClassVar, NoReturn
 
+import hypothesis
 import networkx as nx
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
@@ -202,24 +205,75 @@ def _raise_fault(report: InfrastructureFault) -> NoReturn:
     raise report from report.exception
 
 
-@contextmanager
-def failures_reported(machine_cls: type[BoardMachine] | None = None) -> Iterator[None]:
-    """Report a run's failure as what it was.
+def failures_reported(machine_cls: type[BoardMachine] | None = None) -> _FailuresReported:
+    """Report a run's failure as what it was, as a context manager around the run.
 
     A run ended by a hung call becomes the :class:`InfrastructureFault` it was. A
     ``Flaky`` error, raised when Hypothesis's replay of a shrunk failure did not fail
     again, becomes the violation (or fault) that was seen, with a note that it did not
-    recur and, for ``machine_cls``, its trace file written: never a bare ``Flaky``.
+    recur and, for ``machine_cls``, its trace file written: never a bare ``Flaky``. A
+    violation or fault leaves with a traceback that holds only the host's own frames, so
+    that pytest shows the report, not taskboard's and Hypothesis's internals.
     """
-    try:
-        yield
-    except _HungRun as hung:
-        raise hung.fault from hung.fault.exception
-    except Flaky as flaky:
-        seen = unrepeated_failure(flaky, machine_cls)
-        if seen is None:
-            raise
-        raise seen from None
+    return _FailuresReported(machine_cls)
+
+
+class _FailuresReported:
+    def __init__(self, machine_cls: type[BoardMachine] | None) -> None:
+        self.machine_cls = machine_cls
+
+    def __enter__(self) -> None:
+        if self.machine_cls is not None:
+            _FIRST_FAILURES.pop(self.machine_cls, None)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: Any
+    ) -> None:
+        __tracebackhide__ = True
+        try:
+            report: BaseException | None = None
+            if isinstance(error, _HungRun):
+                report = error.fault
+                report.__cause__, report.__suppress_context__ = error.fault.exception, True
+            elif isinstance(error, Flaky):
+                report = unrepeated_failure(error, self.machine_cls)
+                if report is not None:
+                    report.__cause__, report.__suppress_context__ = None, True
+            elif isinstance(error, ContractViolation | InfrastructureFault):
+                report = error
+            if report is None:
+                return
+            raise report.with_traceback(host_traceback(report.__traceback__))
+        finally:
+            if self.machine_cls is not None:
+                _FIRST_FAILURES.pop(self.machine_cls, None)
+
+
+def _is_host_code(filename: str) -> bool:
+    """False for taskboard's internals (but its reference hosts), Hypothesis and the
+    standard library: what a report leaves out of the frames it shows."""
+    path = os.path.abspath(filename)
+    internal = path.startswith(_PACKAGE_DIR + os.sep) and not path.startswith(_HOSTS_DIR + os.sep)
+    return not internal and not path.startswith(_NOT_HOST_DIRS)
+
+
+def host_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` with only the frames of the host's own code (see :func:`host_frames`)."""
+    kept = []
+    while tb is not None:
+        if _is_host_code(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    rebuilt = None
+    for entry in reversed(kept):
+        rebuilt = TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return rebuilt
+
+
+#: The first failure each machine class reported in the run under way: on the wall clock,
+#: Hypothesis may give up on a replay whose steps drew differently (``FlakyStrategyDefinition``)
+#: and carry no failure at all; what was seen is then this.
+_FIRST_FAILURES: dict[type, ContractViolation | InfrastructureFault] = {}
 
 
 def unrepeated_failure(
@@ -234,6 +288,8 @@ def unrepeated_failure(
     seen: ContractViolation | InfrastructureFault | None = next(iter(violations_in(error)), None)
     if seen is None:
         seen = next(iter(errors_in(error, InfrastructureFault)), None)
+    if seen is None and machine_cls is not None:
+        seen = _FIRST_FAILURES.get(machine_cls)
     if seen is None or getattr(seen, "_unrepeated", False):
         return seen
     wall = machine_cls is not None and machine_cls.clock_mode == "wall"
@@ -252,12 +308,48 @@ def unrepeated_failure(
     recording: Trace | None = getattr(seen, "recording", None)
     directory = machine_cls.trace_dir_in_use() if machine_cls is not None else None
     if recording is not None and directory and seen.trace_file is None:
-        path = write_trace(recording, directory)
-        seen.trace_file = str(path)
-        lines.append(f"trace written to {path}; replay it with: taskboard replay {path}")
+        lines.append(_record(seen, recording, directory))
     seen.args = ("\n".join(lines),)
     setattr(seen, "_unrepeated", True)  # noqa: B010
     return seen
+
+
+#: Where taskboard's own modules live; frames there (but in its reference hosts) are not the
+#: host's code.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_HOSTS_DIR = os.path.join(_PACKAGE_DIR, "hosts")
+#: Frames of the standard library and of Hypothesis are not the host's code either.
+_NOT_HOST_DIRS = tuple(
+    os.path.abspath(path)
+    for path in (sysconfig.get_paths()["stdlib"], os.path.dirname(hypothesis.__file__))
+)
+
+
+def host_frames(exc: BaseException, limit: int = 8) -> list[str]:
+    """The innermost ``limit`` frames of ``exc``'s traceback that are the host's own code
+    (a board's methods, its driver), formatted for a report: taskboard's internals (but
+    for its reference hosts), Hypothesis and the standard library are left out."""
+    kept = []
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if not _is_host_code(frame.filename):
+            continue
+        kept.append(f"    {frame.filename}:{frame.lineno} in {frame.name}")
+        if frame.line:
+            kept.append(f"      {frame.line}")
+    return kept[-2 * limit :]
+
+
+def _record(
+    report: ContractViolation | InfrastructureFault, recording: Trace, directory: str
+) -> str:
+    """Write ``recording`` to ``directory`` as ``report``'s trace file; the line that says
+    where, or why it could not be written (the report itself is never lost to that)."""
+    try:
+        path = write_trace(recording, directory)
+    except OSError as exc:
+        return f"trace NOT written to {directory}: {exc}"
+    report.trace_file = str(path)
+    return f"trace written to {path}; replay it with: taskboard replay {path}"
 
 
 def _in_final_replay() -> bool:
@@ -452,6 +544,8 @@ class BoardMachine(RuleBasedStateMachine):
         self.in_parallel_program = False
         #: How often each (task state, operation, outcome) transition ran in this example.
         self.transitions: Counter[tuple[str, str, str]] = Counter()
+        #: In a parallel program: each thread call's (operation, outcome), for coverage.
+        self.concurrent_calls: Counter[tuple[str, str]] = Counter()
 
     @classmethod
     def check_definition(cls) -> None:
@@ -521,6 +615,8 @@ class BoardMachine(RuleBasedStateMachine):
 
             case.runTest = runTest  # type: ignore[method-assign]
             setattr(case, "_taskboard_settings", True)  # noqa: B010
+            # So that `taskboard fuzz` and `replay` take the TestCase as a target.
+            case._taskboard_machine = cls  # type: ignore[attr-defined]
         return case
 
     @classmethod
@@ -1157,6 +1253,10 @@ class BoardMachine(RuleBasedStateMachine):
             lines.append(f"  step      {render_step(step, self.start_time, self._label).strip()}")
             lines.append("  allowed   " + " or ".join(str(a) for a in step.allowed))
         lines.append(f"  fault     {what}: {exc}")
+        frames = [] if timeout else host_frames(exc)
+        if frames:
+            lines.append("  raised at (the host's code, innermost last):")
+            lines += frames
         if timeout:
             meaning = (
                 "the call did not return within call_timeout; if the store is just slow, "
@@ -1217,14 +1317,13 @@ class BoardMachine(RuleBasedStateMachine):
             index = None if step is None else step.index
             report.recording = self.to_trace(Verdict(index, *verdict, "\n".join(lines)))
         self._failure = report
+        _FIRST_FAILURES.setdefault(type(self), report)
         hung = isinstance(report, InfrastructureFault) and isinstance(
             report.exception, CallTimeoutError
         )
         directory = self._failure_record_dir(final_only=not hung)
         if directory and hasattr(self, "start_time"):
-            path = write_trace(report.recording, directory)
-            report.trace_file = str(path)
-            lines += ["", f"trace written to {path}; replay it with: taskboard replay {path}"]
+            lines += ["", _record(report, report.recording, directory)]
         report.args = ("\n".join(lines),)
 
     def _failure_record_dir(self, *, final_only: bool = True) -> str | None:
