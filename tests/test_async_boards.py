@@ -90,6 +90,7 @@ def test_a_sync_factory_may_return_an_async_board() -> None:
     )
 
 
+@pytest.mark.slow
 def test_an_async_renew_without_token_check_is_caught() -> None:
     """The async mutant (renew ignores the token) is caught through BoardMachine."""
 

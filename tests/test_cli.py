@@ -286,6 +286,7 @@ def test_fuzz_exits_3_on_an_infrastructure_fault(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_fuzz_tolerate_faults_fuzzes_through_them(tmp_path: Path) -> None:
     """--tolerate-faults on the same board: the run goes on and finds no violation (exit 0)."""
     (tmp_path / "faulty.py").write_text(FAULTY_BOARD, encoding="utf-8")

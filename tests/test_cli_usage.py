@@ -243,7 +243,7 @@ def test_ctrl_c_prints_the_summary_and_exits_130(tmp_path: Path, workers: str) -
         start_new_session=True,
     )
     try:
-        time.sleep(4)  # past start-up, into the batches
+        time.sleep(3)  # past start-up, into the batches
         os.killpg(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=60)
     finally:

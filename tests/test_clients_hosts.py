@@ -241,6 +241,7 @@ def test_client_mutants_are_documented_and_distinct() -> None:
     assert all((mutant.__doc__ or "").startswith("Bug:") for mutant in CLIENT_MUTANTS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", CLIENT_MUTANTS, ids=lambda m: m.__name__)
 def test_a_client_mutant_passes_the_sequential_machine(
     mutant: type[SQLiteBoard], tmp_path: Path

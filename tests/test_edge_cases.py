@@ -130,6 +130,7 @@ def _recorded_failure(board: type, tmp_path: Path) -> Path:
     return Path(caught.value.trace_file)
 
 
+@pytest.mark.slow
 def test_replay_skips_what_the_board_cannot_do_and_keeps_the_trace_pin(tmp_path: Path) -> None:
     """Replay on a board without renew skips renews (noted); a factory trace names itself."""
     from taskboard.hosts.mutants import RenewOfExpiredLease

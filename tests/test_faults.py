@@ -336,6 +336,7 @@ def tolerant(factory: Any, **attributes: Any) -> type[BoardMachine]:
     return BoardMachine.for_board(factory, tolerate_faults=True, **attributes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("host", [MemoryBoard, SQLiteBoard])
 def test_tolerant_mode_passes_a_correct_board_behind_faults(host: type[Any]) -> None:
     """5% faults of every kind on a correct host: tolerant mode finds no violation."""

@@ -75,6 +75,7 @@ def test_criterion_catches(mutant: type[MemoryBoard]) -> None:
     assert max(counts) > 1, f"{mutant.__name__}: winners per round {counts}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.__name__)
 def test_board_contract_catches(mutant: type[MemoryBoard], pytester: pytest.Pytester) -> None:
     """BoardContract, subclassed for the mutant, reports at least one failure."""

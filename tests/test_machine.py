@@ -53,6 +53,7 @@ class EitherPolicySQLiteMachine(SQLiteMachine):
 TestMemoryBoard = MemoryMachine.TestCase
 TestSQLiteBoard = SQLiteMachine.TestCase
 TestSQLiteBoardUnpinned = EitherPolicySQLiteMachine.TestCase
+TestSQLiteBoardUnpinned = pytest.mark.slow(TestSQLiteBoardUnpinned)
 
 
 @pytest.mark.deep

@@ -237,6 +237,7 @@ def wall(board: Any, **attributes: Any) -> type[BoardMachine]:
     return BoardMachine.for_board(board, clock_mode="wall", trace_target="", **attributes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("board", [MemoryBoard, SQLiteBoard], ids=lambda b: b.__name__)
 def test_correct_hosts_pass_in_wall_mode(board: type[Board]) -> None:
     """The reference hosts, on the SystemClock the machine hands them, raise no false alarm."""
@@ -270,6 +271,7 @@ def test_make_board_gets_a_system_clock_and_tasks_without_leases() -> None:
     assert all(t.lease is None for _, tasks in seen for t in tasks)
 
 
+@pytest.mark.slow
 def test_at_expiry_lands_on_both_sides_of_until_outside_the_window() -> None:
     """On the wall clock at_expiry sleeps to just before and just after a lease's until, and the
     call that follows has its whole window on that side."""
@@ -517,6 +519,7 @@ class RenewCheckThenWrite(MemoryBoard):
             return self._put(dataclasses.replace(task, lease=lease, seq=task.seq + 1))
 
 
+@pytest.mark.slow
 def test_parallel_wall_mode_races_at_the_expiry_boundary() -> None:
     """Expiry races start the threads just before a lease's until: a renew whose check and
     write are two steps is caught when a takeover lands in between."""
