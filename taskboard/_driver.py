@@ -7,13 +7,15 @@ either through a :class:`Driver` and sees a synchronous :class:`~taskboard.Board
 have one code path.
 
 * :class:`DirectDriver` calls a synchronous board in the caller's thread. In the
-  main thread a hung call is cut off by ``SIGALRM`` after the timeout, which
-  interrupts sleeps, lock waits and socket reads; other threads get no timeout
-  (the criteria and the parallel mode bound their threads themselves).
-* :class:`LoopDriver` owns an event loop on a thread of its own; every call, from
-  any thread, runs there as a task, so calls from several threads interleave at
-  their ``await`` points as they would in an async service. A call past its
-  timeout is cancelled.
+  main thread a hung call is cut off by ``SIGALRM`` after the timeout (sent by a
+  watchdog thread, not a timer armed per call), which interrupts sleeps, lock waits
+  and socket reads; other threads get no timeout (the criteria and the parallel
+  mode bound their threads themselves).
+* :class:`LoopDriver` owns an event loop. Calls from the thread that made it run
+  the loop in that thread, with no hand-off; once another thread calls, the loop
+  moves to a thread of its own, where every call runs as a task, so calls from
+  several threads interleave at their ``await`` points as they would in an async
+  service. A call past its timeout is cancelled.
 """
 
 from __future__ import annotations
@@ -94,49 +96,117 @@ class _Interrupted(BaseException):
 
 
 class DirectDriver:
-    """Calls a synchronous board in the caller's thread; see the module docstring."""
+    """Calls a synchronous board in the caller's thread; see the module docstring.
+
+    The timeout costs a call two attribute writes: no interval timer is armed per call.
+    :data:`_WATCHDOG`, one daemon thread for the process, sends ``SIGALRM`` to the main
+    thread when a call overruns, and this driver's handler turns it into the cut-off
+    (an alarm that is not ours goes on to the handler that was there before).
+    """
 
     wedged = False
 
     def __init__(self, timeout: timedelta | None) -> None:
         self.timeout = _seconds(timeout)
-        self._armed = False
+        #: The monotonic deadline of the call running now; ``None`` between calls.
+        self.deadline: float | None = None
 
     def call(self, function: Callable[..., T], *args: Any) -> T:
         """``function(*args)``, cut off after the timeout when called in the main thread."""
         if (
             self.timeout is None
             or threading.current_thread() is not threading.main_thread()
-            or not hasattr(signal, "setitimer")
+            or not hasattr(signal, "pthread_kill")
         ):
             return _synchronous(function(*args), function)
-        outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
-        if outer_delay and outer_delay <= self.timeout:
-            # Someone else's alarm (pytest-timeout, say) goes off first anyway: leave it be.
-            return _synchronous(function(*args), function)
-        previous = signal.signal(signal.SIGALRM, self._on_alarm)
-        started = time.monotonic()
-        signal.setitimer(signal.ITIMER_REAL, self.timeout)
-        self._armed = True
+        _WATCHDOG.watch(self)
+        self.deadline = time.monotonic() + self.timeout
         try:
             result = function(*args)
         except _Interrupted as stuck:  # its traceback shows where the board was waiting
             raise CallTimeoutError(_timed_out(function, self.timeout)) from stuck
         finally:
-            self._armed = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-            if outer_delay:  # the outer alarm runs on, less the time this call took
-                left = max(outer_delay - (time.monotonic() - started), 1e-6)
-                signal.setitimer(signal.ITIMER_REAL, left, outer_interval)
+            self.deadline = None
         return _synchronous(result, function)
 
-    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
-        if self._armed:
-            raise _Interrupted("the board was here when the per-call timeout ran out")
-
     def close(self) -> None:
-        """Nothing to release."""
+        """Stop watching this driver's calls."""
+        _WATCHDOG.unwatch(self)
+
+
+class _Watchdog:
+    """One daemon thread that cuts off the main thread's overrunning board call: it polls
+    the driver under watch and sends ``SIGALRM`` to the main thread when its deadline has
+    passed, which interrupts a blocking wait as an interval timer would. One handler,
+    :meth:`on_alarm`, turns that alarm into the cut-off; an alarm it did not send goes on
+    to the handler that was there before (pytest-timeout's, say)."""
+
+    #: How often the thread looks, at most: a cut-off comes this much late at worst.
+    POLL = 0.05
+
+    def __init__(self) -> None:
+        self._driver: DirectDriver | LoopDriver | None = None
+        self._sent = False
+        self._previous: Any = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, driver: DirectDriver | LoopDriver) -> None:
+        """Watch ``driver``'s calls (until another driver is watched); from the main thread."""
+        self._driver = driver
+        if signal.getsignal(signal.SIGALRM) != self.on_alarm:  # bound methods: == not is
+            self._previous = signal.signal(signal.SIGALRM, self.on_alarm)
+        if self._thread is None or not self._thread.is_alive():
+            with self._lock:
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(
+                        target=self._run, name="taskboard call timeout", daemon=True
+                    )
+                    self._thread.start()
+
+    def unwatch(self, driver: DirectDriver | LoopDriver) -> None:
+        """Stop watching ``driver``; put back the ``SIGALRM`` handler there was before."""
+        if self._driver is not driver:
+            return
+        self._driver = None
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGALRM) == self.on_alarm
+        ):
+            signal.signal(signal.SIGALRM, self._previous or signal.SIG_DFL)
+
+    def on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        """The ``SIGALRM`` handler: the cut-off when this watchdog sent the alarm and the call
+        under watch has overrun, else the handler there was before."""
+        if self._sent:
+            self._sent = False
+            driver = self._driver
+            deadline = driver.deadline if driver is not None else None
+            if driver is not None and deadline is not None and time.monotonic() >= deadline:
+                driver.deadline = None
+                raise _Interrupted("the board was here when the per-call timeout ran out")
+            return
+        previous = self._previous
+        if callable(previous):
+            previous(signum, frame)
+        elif previous in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGALRM)
+
+    def _run(self) -> None:
+        main = threading.main_thread()
+        while main.is_alive():
+            driver = self._driver
+            timeout = driver.timeout if driver is not None else None
+            time.sleep(self.POLL if timeout is None else min(self.POLL, timeout / 4))
+            deadline = driver.deadline if driver is not None else None
+            if deadline is not None and time.monotonic() >= deadline and not self._sent:
+                self._sent = True
+                assert main.ident is not None
+                signal.pthread_kill(main.ident, signal.SIGALRM)
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _synchronous(result: T, function: Callable[..., Any]) -> T:
@@ -153,24 +223,29 @@ def _synchronous(result: T, function: Callable[..., Any]) -> T:
 
 
 class LoopDriver:
-    """Runs calls on an event loop it owns, on a thread of its own; see the module docstring.
+    """Runs calls on an event loop it owns; see the module docstring.
 
-    The loop starts with the driver and stops at :meth:`close`: anything a board binds
-    to the loop (connections, pools) must be made by calls through the driver and
-    released by calls through it before :meth:`close`.
+    Calls from the thread that made the driver (the machine's, say) run the loop right
+    there, one call at a time, with no hand-off to another thread. The first call from
+    any other thread (the parallel mode's, the criteria's) starts the loop on a thread of
+    its own, where every later call runs, from any thread, so calls interleave at their
+    ``await`` points as in an async service. The loop stops at :meth:`close`: anything a
+    board binds to the loop (connections, pools) must be made by calls through the driver
+    and released by calls through it before :meth:`close`.
     """
 
     def __init__(self, timeout: timedelta | None) -> None:
         self.timeout = _seconds(timeout)
         self.wedged = False
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self.loop.run_forever, name="taskboard board loop", daemon=True
-        )
-        self._thread.start()
+        self._home = threading.current_thread()
+        self._thread: threading.Thread | None = None
+        self._here = threading.Lock()  # held while the home thread runs the loop
         self._closed = False
         self._start_line: _StartLine | None = None
         self._start_line_lock = threading.Lock()
+        #: The monotonic deadline of a call the home thread runs now (for :data:`_WATCHDOG`).
+        self.deadline: float | None = None
 
     @contextmanager
     def start_line(self, participants: int) -> Iterator[None]:
@@ -178,6 +253,7 @@ class LoopDriver:
         then start them in one turn of the loop: racing coroutines meet at their first
         ``await`` instead of in the order their threads happened to submit them. The line
         is gone when the block ends, whoever arrived."""
+        self._serve()
         line = _StartLine(participants) if participants > 1 else None
         with self._start_line_lock:
             self._start_line = line
@@ -194,6 +270,11 @@ class LoopDriver:
         """``function(*args)`` on the loop, awaited if it returns an awaitable."""
         if self.wedged:
             raise CallTimeoutError("an earlier board call hung; the board's loop is blocked")
+        if self._thread is None and threading.current_thread() is self._home:
+            with self._here:
+                if self._thread is None:
+                    return self._call_here(function, args)
+        self._serve()
         with self._start_line_lock:
             line = self._start_line
             if line is not None and line.admit():
@@ -209,6 +290,42 @@ class LoopDriver:
             self.wedged = not self._responds()
             assert self.timeout is not None
             raise CallTimeoutError(_timed_out(function, self.timeout)) from None
+
+    def _call_here(self, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        # The loop runs in this thread for the call. A coroutine past the timeout is
+        # cancelled at its next await; one that blocks the loop itself is cut off, in the
+        # main thread, by the watchdog's SIGALRM, as a direct call is.
+        task = self.loop.create_task(_awaited(function, args))
+        if self.timeout is None:
+            return self.loop.run_until_complete(task)
+        watched = threading.current_thread() is threading.main_thread() and hasattr(
+            signal, "pthread_kill"
+        )
+        if watched:
+            _WATCHDOG.watch(self)
+            self.deadline = time.monotonic() + self.timeout
+        try:
+            return self.loop.run_until_complete(asyncio.wait_for(task, self.timeout))
+        except TimeoutError:
+            if not task.cancelled():
+                raise  # the board's own TimeoutError
+            raise CallTimeoutError(_timed_out(function, self.timeout)) from None
+        except _Interrupted as stuck:
+            raise CallTimeoutError(_timed_out(function, self.timeout)) from stuck
+        finally:
+            self.deadline = None
+
+    def _serve(self) -> None:
+        """Run the loop on a thread of its own from now on (see the class docstring)."""
+        if self._thread is not None:
+            return
+        with self._here:  # not while the home thread runs the loop for a call
+            if self._thread is None:
+                thread = threading.Thread(
+                    target=self.loop.run_forever, name="taskboard board loop", daemon=True
+                )
+                thread.start()
+                self._thread = thread
 
     def _responds(self) -> bool:
         # A blocking call inside a coroutine holds the loop itself: nothing can stop it.
@@ -229,8 +346,17 @@ class LoopDriver:
         if self._closed:
             return
         self._closed = True
+        _WATCHDOG.unwatch(self)
         if self.wedged:
             return
+        if self._thread is None and threading.current_thread() is self._home:
+            with self._here:
+                self.loop.run_until_complete(_cancel_pending())
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+                self.loop.close()
+            return
+        self._serve()
+        assert self._thread is not None
         try:
             asyncio.run_coroutine_threadsafe(_cancel_pending(), self.loop).result(5)
         except TimeoutError:

@@ -62,7 +62,8 @@ class LoopWitness(BoardMachine):
 
 
 def test_one_loop_per_example_runs_make_board_every_call_and_close_board() -> None:
-    """Each example gets its own loop, off the main thread, closed after close_board."""
+    """Each example gets its own loop, run in the machine's own thread (no hand-off to
+    another thread for each call), closed after close_board."""
     LoopWitness.seen = []
     run_state_machine_as_test(LoopWitness, settings=settings(QUICK, max_examples=5))
     examples: list[list[tuple[str, asyncio.AbstractEventLoop, threading.Thread]]] = []
@@ -76,7 +77,7 @@ def test_one_loop_per_example_runs_make_board_every_call_and_close_board() -> No
         assert entries[0][0] == "make"
         assert entries[-1][0] == "close"
         assert len({loop for _, loop, _ in entries}) == 1
-        assert all(thread is not threading.main_thread() for _, _, thread in entries)
+        assert all(thread is threading.main_thread() for _, _, thread in entries)
         loop = entries[0][1]
         assert loop.is_closed()
         loops.add(loop)
@@ -176,3 +177,53 @@ def test_fuzz_runs_an_async_board_target(tmp_path: Path) -> None:
     assert report.failure is None
     assert report.examples == 30
     assert report.transitions[("open", "claim", "ok")] > 0
+
+
+def test_a_call_from_another_thread_moves_the_loop_to_its_own_thread() -> None:
+    """A loop driver runs calls from its own thread in place; the first call from another
+    thread moves the loop to a thread of its own, where later calls run, from any thread."""
+    from taskboard._driver import LoopDriver
+
+    async def where() -> threading.Thread:
+        return threading.current_thread()
+
+    driver = LoopDriver(None)
+    try:
+        assert driver.call(where) is threading.main_thread()
+        seen: list[threading.Thread] = []
+        other = threading.Thread(target=lambda: seen.append(driver.call(where)))
+        other.start()
+        other.join(10)
+        assert seen
+        assert seen[0] is not threading.main_thread()
+        assert seen[0] is not other
+        assert driver.call(where) is seen[0]
+    finally:
+        driver.close()
+    assert driver.loop.is_closed()
+
+
+def test_an_async_call_past_the_timeout_is_cut_off_in_place() -> None:
+    """In the driver's own thread an awaiting call past the timeout is cancelled, and one
+    that blocks the loop itself is cut off by the watchdog: both are CallTimeoutError."""
+    import time
+    from datetime import timedelta
+
+    from taskboard._driver import CallTimeoutError, LoopDriver
+
+    async def awaits() -> None:
+        await asyncio.sleep(5)
+
+    async def blocks() -> None:
+        time.sleep(5)
+
+    driver = LoopDriver(timedelta(seconds=0.2))
+    try:
+        for hangs in (awaits, blocks):
+            started = time.monotonic()
+            with pytest.raises(CallTimeoutError):
+                driver.call(hangs)
+            assert time.monotonic() - started < 2, hangs.__name__
+        assert driver.call(asyncio.sleep, 0) is None
+    finally:
+        driver.close()

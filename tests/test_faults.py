@@ -578,3 +578,22 @@ def test_replaying_on_an_unreachable_board_is_a_fault_not_a_verdict(tmp_path: Pa
 
     with pytest.raises(InfrastructureFault, match="make_board"):
         replay_trace(trace, unreachable)
+
+
+def test_the_per_call_timeout_arms_no_interval_timer_and_still_cuts_off() -> None:
+    """A call through the direct driver finds no interval timer armed (the watchdog thread
+    does the timing), and a call that sleeps past the timeout is still cut off."""
+    import signal
+
+    from taskboard._driver import CallTimeoutError, DirectDriver
+
+    driver = DirectDriver(timedelta(seconds=0.2))
+    try:
+        assert driver.call(lambda: signal.getitimer(signal.ITIMER_REAL)) == (0.0, 0.0)
+        started = time.monotonic()
+        with pytest.raises(CallTimeoutError, match="did not return within"):
+            driver.call(time.sleep, 5)
+        assert time.monotonic() - started < 2
+        assert driver.call(lambda: "fine") == "fine"  # the next call is not cut off
+    finally:
+        driver.close()
