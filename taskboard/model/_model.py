@@ -642,9 +642,20 @@ class BoardModel:
                 f"listed {sorted(seen)!r} (missing {missing!r}, unknown {extra!r})",
             )
         records = []
+        changed = False
         for record in self.records:
             got = seen[record.task.id]
+            if (
+                record.pending is None
+                and record.seq_rule == "equal"
+                and got == record.task
+                and type(got.seq) is int
+            ):
+                # Exactly what the model holds (seq included): nothing to compare or adopt.
+                records.append(record)
+                continue
             self._compare(record, got)
+            changed = True
             records.append(
                 dataclasses.replace(
                     record,
@@ -653,7 +664,7 @@ class BoardModel:
                     pending=None,
                 )
             )
-        return dataclasses.replace(self, records=tuple(records))
+        return dataclasses.replace(self, records=tuple(records)) if changed else self
 
     def settle(
         self, call: Call, now: When, snapshot: Sequence[Task]
