@@ -47,6 +47,8 @@ __all__ = ["main"]
 OK, FOUND, USAGE, FAULT = 0, 1, 2, 3
 #: The shell's code for a run stopped by Ctrl-C (128 + SIGINT).
 INTERRUPTED = 130
+#: The shell's code for a command whose reader went away (128 + SIGPIPE).
+BROKEN_PIPE = 141
 
 #: Transitions worth seeing reached, as (state, operation, outcome), with what they mean.
 KEY_TRANSITIONS = (
@@ -221,6 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"taskboard {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as other command-line tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
 
 
 # -- fuzz -----------------------------------------------------------------------------------
@@ -369,6 +375,7 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"  note: {difference}")
     if args.emit_test:
         try:
+            Path(args.emit_test).parent.mkdir(parents=True, exist_ok=True)
             Path(args.emit_test).write_text(render_regression_test(trace, target), encoding="utf-8")
         except OSError as exc:  # the verdict below still prints
             print(f"regression test NOT written to {args.emit_test}: {exc}")

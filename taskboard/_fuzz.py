@@ -260,21 +260,21 @@ def check_writable_directory(path: str, option: str) -> None:
 
 
 def check_writable_file(path: str, option: str) -> None:
-    """Check that ``path`` names a file this process may create or overwrite.
+    """Check that ``path`` names a file this process may create (its missing directories
+    with it) or overwrite.
 
     Raises:
-        UsageError: ``path`` is a directory, or its directory does not exist or is not
-            writable.
+        UsageError: ``path`` is a directory, an ancestor is a file, or the nearest
+            existing ancestor is not writable.
     """
     where = Path(path).absolute()
     if where.is_dir():
         raise UsageError(f"{option} {path!r} is a directory, not a file")
-    if not where.parent.is_dir():
-        raise UsageError(f"{option} {path!r}: no directory {str(where.parent)!r}")
-    if not os.access(where.parent, os.W_OK | os.X_OK) or (
-        where.exists() and not os.access(where, os.W_OK)
-    ):
-        raise UsageError(f"{option} {path!r}: cannot write there")
+    if where.exists():
+        if not os.access(where, os.W_OK):
+            raise UsageError(f"{option} {path!r}: cannot write there")
+        return
+    check_writable_directory(os.path.dirname(path) or ".", option)
 
 
 # -- running --------------------------------------------------------------------------------

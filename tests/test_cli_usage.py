@@ -5,6 +5,7 @@ the seed of every run, and a fault report that shows the host's own frames."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,8 +18,13 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard._cli import main
-from taskboard.hosts.mutants import RenewWithoutTokenCheck
-from taskboard.stateful import TRACE_DIR_ENV, BoardMachine, ContractViolation
+from taskboard.hosts.mutants import NonAtomicClaim, RenewWithoutTokenCheck
+from taskboard.stateful import (
+    TRACE_DIR_ENV,
+    BoardMachine,
+    ContractViolation,
+    run_parallel_state_machine,
+)
 from tests.test_cli import MEMORY, minimal_trace_json, summary
 
 #: A module of targets a user might write, put in the run's working directory.
@@ -171,13 +177,15 @@ def test_an_unusable_directory_is_a_usage_error_before_the_run(
 
 
 @pytest.mark.parametrize(
-    ("value", "needle"), [("missing/test_x.py", "no directory"), (".", "is a directory")]
+    ("value", "needle"),
+    [("a-file/test_x.py", "'a-file' is not a directory"), (".", "is a directory")],
 )
 def test_an_unusable_emit_test_is_a_usage_error_before_the_replay(
     project: Path, capsys: pytest.CaptureFixture[str], value: str, needle: str
 ) -> None:
-    """replay --emit-test into a missing directory or onto a directory: exit 2, one line,
-    before anything is replayed."""
+    """replay --emit-test under a file or onto a directory: exit 2, one line, before
+    anything is replayed."""
+    (project / "a-file").write_text("", encoding="utf-8")
     (project / "trace.json").write_text(minimal_trace_json(), encoding="utf-8")
     result = run(capsys, "replay", "trace.json", "--emit-test", value)
     one_line_usage_error(result, "--emit-test", needle)
@@ -271,3 +279,74 @@ def test_a_fault_report_shows_the_hosts_own_frames(
     assert 'raise ConnectionError("connection reset by peer")' in frames
     assert "stateful" not in frames
     assert "_driver" not in frames
+
+
+def test_replaying_a_parallel_trace_names_the_concurrent_history(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """taskboard replay of a parallel-mode trace says the contract broke in the concurrent
+    history of its threads, not in the initial snapshot."""
+    machine = BoardMachine.for_board(NonAtomicClaim)
+    machine.trace_dir = str(project / "traces")
+    with pytest.raises(ContractViolation) as caught:
+        run_parallel_state_machine(machine, settings=settings(max_examples=50, database=None))
+    assert caught.value.trace_file is not None
+    result = run(capsys, "replay", caught.value.trace_file, "--board", MEMORY)
+    assert "recorded: SPEC 3 and 5 broken at the concurrent history of its threads" in (
+        result.stdout
+    )
+    assert "initial snapshot" not in result.stdout
+
+
+def test_no_install_line_names_the_unrelated_pypi_project() -> None:
+    """Every pip install line in the package, README and docs names taskboard-contract,
+    never PyPI's unrelated taskboard."""
+    root = Path(__file__).resolve().parent.parent
+    files = [root / "README.md", *(root / "docs").glob("*.md"), *(root / "taskboard").rglob("*.py")]
+
+    def installs_the_wrong_project(line: str) -> bool:
+        command = re.split(r"&&|;|`", line.partition("pip install")[2])[0]
+        names = [word.strip("'\"") for word in command.split()]
+        return any(name == "taskboard" or name.startswith("taskboard[") for name in names)
+
+    wrong = [
+        f"{path.relative_to(root)}: {line.strip()}"
+        for path in files
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if "pip install" in line and installs_the_wrong_project(line)
+    ]
+    assert wrong == []
+    assert 'name = "taskboard-contract"' in (root / "pyproject.toml").read_text(encoding="utf-8")
+
+
+def test_emit_test_creates_the_directories_it_names(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """replay --emit-test tests/regress/test_x.py in a project with no tests/ yet writes it."""
+    (project / "trace.json").write_text(minimal_trace_json(), encoding="utf-8")
+    result = run(capsys, "replay", "trace.json", "--emit-test", "tests/regress/test_x.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (project / "tests" / "regress" / "test_x.py").read_text(encoding="utf-8")
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """taskboard check piped into a reader that stops early (``| head -1``): exit 141 and
+    no BrokenPipeError traceback."""
+    (tmp_path / "s.json").write_text(
+        '{"tasks": ['
+        + ", ".join(f'{{"id": "t{n}", "deps": ["x{n}"]}}' for n in range(5000))
+        + "]}",
+        encoding="utf-8",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "taskboard", "check", "s.json"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline()
+    process.stdout.close()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 141, err
+    assert b"Traceback" not in err
