@@ -7,8 +7,9 @@ from taskboard._driver import CallTimeoutError
 from taskboard._profiles import register_profiles
 from taskboard.model import ContractViolation, violations_in
 from taskboard.stateful._machine import BoardMachine, InfrastructureFault
-from taskboard.stateful._parallel import run_parallel_state_machine, timeline_html
+from taskboard.stateful._parallel import run_parallel_state_machine
 from taskboard.stateful._replay import ReplayResult, replay_trace
+from taskboard.stateful._timeline import timeline_html
 from taskboard.stateful._tracefile import (
     SCHEMA_VERSION,
     TRACE_DIR_ENV,
