@@ -27,6 +27,7 @@ from taskboard._errors import (
     TerminalError,
 )
 from taskboard._profiles import register_profiles
+from taskboard._public import show_public_paths
 
 __all__ = [
     "BlockedError",
@@ -57,9 +58,4 @@ __all__ = [
 # imported (the pytest plugin registers them too, before any import).
 register_profiles()
 
-# Tracebacks, reprs and docs show the public path (taskboard.TakenError), not the private module.
-for _name in __all__:
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("taskboard._"):
-        _obj.__module__ = __name__
-del _name, _obj
+show_public_paths(globals())

@@ -36,7 +36,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard._clock import CLOCK_MODES, SystemClock
 from taskboard._contract import Task
-from taskboard._profiles import NIGHTLY, register_profiles
+from taskboard._profiles import NIGHTLY
 from taskboard.model import ContractViolation, violations_in
 from taskboard.model._model import errors_in
 from taskboard.stateful._machine import (
@@ -389,7 +389,6 @@ def _run_batches(
     mode: str = "mixed",
     overrides: Mapping[str, Any] | None = None,
 ) -> None:
-    register_profiles()
     base = settings(settings.get_profile(NIGHTLY), database=database)
     saved = {name: machine.__dict__[name] for name in _PATCHED if name in machine.__dict__}
     machine.trace_dir = trace_dir

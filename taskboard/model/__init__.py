@@ -1,5 +1,6 @@
 """The reference model of the board semantics (SPEC section 3): pure, time passed in."""
 
+from taskboard._public import show_public_paths
 from taskboard.model._calls import (
     CONTRACT_ERRORS,
     Allowed,
@@ -50,9 +51,4 @@ __all__ = [
     "violations_in",
 ]
 
-# Tracebacks, reprs and docs show the public path (taskboard.model.Name), not the private module.
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) and _obj.__module__.startswith("taskboard.model._"):
-        _obj.__module__ = __name__
-del _name, _obj
+show_public_paths(globals())

@@ -4,7 +4,7 @@ Also the trace files a failure leaves behind, and their replay against any board
 """
 
 from taskboard._driver import CallTimeoutError
-from taskboard._profiles import register_profiles
+from taskboard._public import show_public_paths
 from taskboard.model import ContractViolation, violations_in
 from taskboard.stateful._machine import BoardMachine, InfrastructureFault
 from taskboard.stateful._parallel import run_parallel_state_machine
@@ -45,11 +45,4 @@ __all__ = [
     "write_trace",
 ]
 
-register_profiles()
-
-# Tracebacks, reprs and docs show the public path (taskboard.stateful.Name), not the private module.
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) and _obj.__module__.startswith("taskboard.stateful._"):
-        _obj.__module__ = __name__
-del _name, _obj
+show_public_paths(globals())
