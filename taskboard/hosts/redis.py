@@ -760,19 +760,27 @@ class AsyncRedisBoard(_Core):
 
         A client opened before this board's first command also carries its initial tasks,
         so that it sees them whichever of the two reaches the server first."""
-        return self._with_pending(self._client_of(self._address, self._clock, self.board_id))
+        client = self._client_of(self._address, self._clock, self.board_id)
+        return client._inserting(self._pending())
 
     def __reduce__(self) -> tuple[object, ...]:
         """Pickle as the board's address (and, before its first command, its initial tasks):
         unpickling opens a new client of the same board, as :meth:`open_client` does."""
-        pending = () if self._ready else tuple(self._initial_args)
-        return (_attach, (type(self), self._address, self._clock, self.board_id, pending))
+        return (
+            _attach,
+            (type(self), self._address, self._clock, self.board_id, self._pending()),
+        )
 
-    def _with_pending(self, client: Self) -> Self:
+    def _pending(self) -> tuple[str, ...]:
+        """The insert script's arguments for the initial tasks, until the first command."""
+        return () if self._ready else tuple(self._initial_args)
+
+    def _inserting(self, pending: Sequence[str]) -> Self:
+        """This board, made to insert ``pending`` initial tasks before its first command."""
         # The insert script adds only the tasks the board lacks, so two clients may both run it.
-        if not self._ready:
-            client._initial_args, client._ready = list(self._initial_args), False
-        return client
+        if pending:
+            self._initial_args, self._ready = list(pending), False
+        return self
 
     @classmethod
     def _client_of(cls, address: _Address, clock: Clock | Literal["server"], board_id: str) -> Self:
@@ -896,9 +904,7 @@ def _attach(
     """Unpickle a board: a new client of board ``board_id`` at ``address`` (SPEC 8), which
     inserts the ``pending`` initial tasks of a lazy board that never reached the server."""
     client = cls._client_of(address, clock, board_id)
-    if pending and isinstance(client, AsyncRedisBoard):
-        client._initial_args, client._ready = list(pending), False
-    return client
+    return client._inserting(pending) if isinstance(client, AsyncRedisBoard) else client
 
 
 # -- encoding ----------------------------------------------------------------------------------
