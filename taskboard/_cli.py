@@ -300,8 +300,9 @@ def _summary(report: FuzzReport) -> str:
         by_state.setdefault(state, []).append((op, outcome, count))
     for state in sorted(by_state):
         lines.append(f"  {state}")
-        for op, outcome, count in sorted(by_state[state]):
-            lines.append(f"    {op:<32} -> {outcome:<15} {count:>8}")
+        lines += [
+            _coverage_row(op, outcome, count) for op, outcome, count in sorted(by_state[state])
+        ]
     lines += ["", "key transitions:"]
     keys: tuple[tuple[tuple[str, str, str], str], ...] = KEY_TRANSITIONS
     if report.clock_mode == "wall":
@@ -322,9 +323,15 @@ def _summary(report: FuzzReport) -> str:
         lines.append(f"  {missing} key transition(s) never reached (!!): run longer")
     if report.concurrent_calls:
         lines += ["", "parallel coverage (calls made by racing threads, operation -> outcome):"]
-        for (op, outcome), count in sorted(report.concurrent_calls.items()):
-            lines.append(f"    {op:<32} -> {outcome:<15} {count:>8}")
+        lines += [
+            _coverage_row(op, outcome, count)
+            for (op, outcome), count in sorted(report.concurrent_calls.items())
+        ]
     return "\n".join(lines)
+
+
+def _coverage_row(op: str, outcome: str, count: int) -> str:
+    return f"    {op:<32} -> {outcome:<15} {count:>8}"
 
 
 def _count(transitions: Counter[tuple[str, str, str]], state: str, op: str, outcome: str) -> int:

@@ -36,6 +36,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard._clock import CLOCK_MODES, SystemClock
 from taskboard._contract import Task
+from taskboard._driver import CORE_METHODS
 from taskboard._profiles import NIGHTLY
 from taskboard.model import ContractViolation, violations_in
 from taskboard.model._model import errors_in
@@ -112,8 +113,6 @@ def resolve_target(target: str) -> Any:
     return found
 
 
-#: What every board has (SPEC 1); a target class or made board without them is no board.
-BOARD_OPERATIONS = ("list_tasks", "claim", "release", "complete")
 #: What a target may be, for usage errors.
 WHAT_TO_PASS = (
     "pass module:Name of a board class or factory (tasks, clock) -> Board, a BoardMachine "
@@ -147,13 +146,18 @@ def machine_of(found: Any, target: str) -> type[BoardMachine] | None:
         not hasattr(found, "claim") and any(name.startswith("test") for name in vars(found))
     ):
         raise UsageError(f"target {target!r} is a test class, not a board: {WHAT_TO_PASS}")
-    missing = [op for op in BOARD_OPERATIONS if not callable(getattr(found, op, None))]
+    missing = _missing_operations(found)
     if missing:
         raise UsageError(
             f"target {target!r} is a class with no {', '.join(missing)}, not a board: "
             f"{WHAT_TO_PASS}"
         )
     return None
+
+
+def _missing_operations(board: object) -> list[str]:
+    """The Board protocol's own methods (SPEC 1) that ``board``, or a board class, lacks."""
+    return [name for name in CORE_METHODS if not callable(getattr(board, name, None))]
 
 
 def machine_for_target(target: str) -> type[BoardMachine]:
@@ -490,8 +494,6 @@ def _worker(
             mode=mode,
             overrides=overrides,
         )
-    except KeyboardInterrupt:  # Ctrl-C outside a batch: stop as quietly as inside one
-        report.interrupted = True
     except UsageError as exc:
         updates.put(("usage", index, str(exc), None))
         return
@@ -517,7 +519,7 @@ def probe_board(machine: type[BoardMachine], target: str, *, pickles: bool) -> N
         made = getattr(probe, "made_board", None)
         if made is None:
             return
-        missing = [op for op in BOARD_OPERATIONS if not callable(getattr(made, op, None))]
+        missing = _missing_operations(made)
         if missing:
             raise UsageError(
                 f"target {target!r} made a {type(made).__qualname__}, which is no board "
