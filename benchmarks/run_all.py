@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import platform
 import sys
@@ -39,8 +40,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_check
 import bench_linearizability
+from bench_faults import AsyncMemoryBoard
+from bench_machine import Checked
 
-from taskboard import BoardError, ClaimRequest, Clock, ManualClock, Task, check
+from taskboard import BoardError, ClaimRequest, ManualClock, Task, check
 from taskboard._fuzz import fuzz
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.model import BoardModel, check_history
@@ -125,42 +128,10 @@ class BareMachine(RuleBasedStateMachine):
         self.clock.advance(ticks * MS)
 
 
-class Checked(BoardMachine):
-    """BoardMachine, as shipped, on the same board."""
-
-    def make_board(self, tasks: Sequence[Task], clock: Clock) -> MemoryBoard:
-        return MemoryBoard(tasks, clock)
-
-
-class AsyncMemoryBoard:
-    """MemoryBoard with coroutine methods: an async board whose awaits never block."""
-
-    def __init__(self, tasks: Sequence[Task], clock: Clock) -> None:
-        self._board = MemoryBoard(tasks, clock)
-
-    async def list_tasks(self) -> list[Task]:
-        return self._board.list_tasks()
-
-    async def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
-        return self._board.claim(task_id, agent, request)
-
-    async def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
-        return self._board.renew(task_id, token, request)
-
-    async def release(self, task_id: str, token: str) -> None:
-        self._board.release(task_id, token)
-
-    async def complete(self, task_id: str, token: str) -> None:
-        self._board.complete(task_id, token)
-
-    async def fail(self, task_id: str, token: str) -> None:
-        self._board.fail(task_id, token)
-
-
 class CheckedAsync(BoardMachine):
-    """BoardMachine on the async MemoryBoard."""
+    """BoardMachine on MemoryBoard with coroutine methods (awaits that never block)."""
 
-    def make_board(self, tasks: Sequence[Task], clock: Clock) -> AsyncMemoryBoard:
+    def make_board(self, tasks: Sequence[Task], clock: ManualClock) -> AsyncMemoryBoard:
         return AsyncMemoryBoard(tasks, clock)
 
 
@@ -207,39 +178,27 @@ def section(title: str) -> None:
     print(f"\n{title}")
 
 
-def machine_figures(examples: int, rounds: int) -> None:
-    section(
-        f"BoardMachine vs a bare Hypothesis machine (MemoryBoard, {examples} examples, "
-        f"best of {rounds}, interleaved)"
-    )
+def compare_machines(
+    title: str,
+    anchor: tuple[str, type[RuleBasedStateMachine]],
+    other: tuple[str, type[RuleBasedStateMachine]],
+    examples: int,
+    rounds: int,
+    target: str,
+) -> None:
+    """Steps/s of two machines, best of ``rounds`` interleaved, and the other's ratio."""
+    section(f"{title} ({examples} examples, best of {rounds}, interleaved)")
     best = best_interleaved(
         {
-            "bare machine": lambda: machine_rate(BareMachine, examples),
-            "BoardMachine": lambda: machine_rate(Checked, examples),
+            name: functools.partial(machine_rate, machine, examples)
+            for name, machine in (anchor, other)
         },
         rounds,
     )
     for name, rate in best.items():
         print(f"  {name:<28} {rate:8,.0f} steps/s")
-    print(
-        f"  bare / BoardMachine          x{best['bare machine'] / best['BoardMachine']:.2f}"
-        "  (target <= 1.20)"
-    )
-
-
-def async_figures(examples: int, rounds: int) -> None:
-    section(f"async vs sync board through BoardMachine ({examples} examples, best of {rounds})")
-    best = best_interleaved(
-        {
-            "sync MemoryBoard": lambda: machine_rate(Checked, examples),
-            "async MemoryBoard": lambda: machine_rate(CheckedAsync, examples),
-        },
-        rounds,
-    )
-    for name, rate in best.items():
-        print(f"  {name:<28} {rate:8,.0f} steps/s")
-    ratio = best["async MemoryBoard"] / best["sync MemoryBoard"]
-    print(f"  async / sync                 x{ratio:.2f}  (target >= 0.85)")
+    ratio = f"{other[0]} / {anchor[0]}"
+    print(f"  {ratio:<28} x{best[other[0]] / best[anchor[0]]:.2f}  ({target})")
 
 
 def check_figures(size: int) -> None:
@@ -314,8 +273,22 @@ def main() -> None:
         f"taskboard benchmarks on {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}"
     )
-    machine_figures(args.examples, args.rounds)
-    async_figures(args.examples, args.rounds)
+    compare_machines(
+        "BoardMachine vs a bare Hypothesis machine, on MemoryBoard",
+        ("BoardMachine", Checked),
+        ("bare machine", BareMachine),
+        args.examples,
+        args.rounds,
+        "target <= 1.20",
+    )
+    compare_machines(
+        "async vs sync board through BoardMachine",
+        ("sync MemoryBoard", Checked),
+        ("async MemoryBoard", CheckedAsync),
+        args.examples,
+        args.rounds,
+        "target >= 0.85",
+    )
     check_figures(args.check_size)
     fuzz_figures(args.fuzz_seconds)
     linearizability_figures()
