@@ -34,7 +34,7 @@ from taskboard._fuzz import (
 )
 from taskboard._fuzz import resolve_target as _resolve_target
 from taskboard.stateful._machine import InfrastructureFault
-from taskboard.stateful._replay import replay_trace
+from taskboard.stateful._replay import missing_nemesis, replay_trace
 from taskboard.stateful._tracefile import (
     TRACE_DIR_ENV,
     TraceFileError,
@@ -170,6 +170,13 @@ def _parser() -> argparse.ArgumentParser:
         help="in wall mode, how far the board's clock may be from this machine's, in "
         "milliseconds (default: the machine's clock_skew, 1 ms)",
     )
+    fuzz_cmd.add_argument(
+        "--nemesis",
+        metavar="STEPS",
+        help="which storage failures run as rare steps (SPEC 9): restart (the target's "
+        "restart_storage hook), drop (drop_connections), restart,drop, or none (default: "
+        "every hook the target defines; see docs/nemesis.md)",
+    )
     fuzz_cmd.add_argument("--quiet", action="store_true", help="no live progress line")
 
     replay_cmd = commands.add_parser(
@@ -251,6 +258,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         tolerate_faults=args.tolerate_faults,
         clock=args.clock,
         clock_skew=args.clock_skew,
+        nemesis=args.nemesis,
         on_start=lambda seed: print(
             f"taskboard fuzz: {args.target}, budget {args.budget}, {crew}, seed {seed}"
             + (", wall clock" if args.clock == "wall" else ""),
@@ -354,6 +362,9 @@ def _replay(args: argparse.Namespace) -> int:
     board = machine_of(found, target) or found
     if not callable(board):
         raise UsageError(f"{target!r} is {board!r}, not a board: {WHAT_TO_PASS}")
+    missing = missing_nemesis(trace, board)
+    if missing:
+        raise UsageError(f"{target}: {missing}")
     calls = sum(1 for step in trace.steps if step.call is not None)
     if trace.program is not None:
         threads = len(trace.program.threads)

@@ -50,6 +50,7 @@ from taskboard.stateful._machine import (
 )
 from taskboard.stateful._parallel import RUNS_PER_PROGRAM, run_parallel_state_machine
 from taskboard.stateful._processes import address_of
+from taskboard.stateful._trace import NEMESIS_HOOKS
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -78,6 +79,7 @@ _PATCHED = (
     "call_timeout",
     "tolerate_faults",
     "clock_mode",
+    "nemesis",
     "clock_skew",
     "parallel_processes",
 )
@@ -279,6 +281,30 @@ def check_writable_file(path: str, option: str) -> None:
             raise UsageError(f"{option} {path!r}: cannot write there")
         return
     check_writable_directory(os.path.dirname(path) or ".", option)
+
+
+def parse_nemesis(text: str, machine: type[BoardMachine], target: str) -> tuple[str, ...]:
+    """``--nemesis``: the comma-separated nemesis steps to run, ``none`` for none.
+
+    Raises:
+        UsageError: an unknown step, or one whose hook the target does not define.
+    """
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    if names == ("none",):
+        return ()
+    unknown = [name for name in names if name not in NEMESIS_HOOKS]
+    if unknown or not names:
+        raise UsageError(
+            f"--nemesis takes restart, drop, both (restart,drop) or none; got {text!r}"
+        )
+    defined = machine.defined_nemesis()
+    for name in names:
+        if name not in defined:
+            raise UsageError(
+                f"--nemesis {name}: {target} defines no {NEMESIS_HOOKS[name]}(self, board); "
+                "see docs/nemesis.md"
+            )
+    return names
 
 
 # -- running --------------------------------------------------------------------------------
@@ -572,6 +598,7 @@ def fuzz(
     clock: str | None = None,
     clock_skew: float | None = None,
     processes: bool = False,
+    nemesis: str | None = None,
     on_start: Callable[[int], None] | None = None,
 ) -> FuzzReport:
     """Fuzz ``target`` until the budget (seconds) or ``max_examples`` runs out, or a failure.
@@ -588,7 +615,8 @@ def fuzz(
     ``"wall"``, SPEC 7) and ``clock_skew`` (milliseconds) override the machine's
     ``clock_mode`` and ``clock_skew`` likewise. ``processes`` runs each thread of a
     parallel program in an OS process of its own, on a client it opens by unpickling the
-    board (SPEC 8).
+    board (SPEC 8). ``nemesis`` (``"restart,drop"``, ``"restart"``, ``"none"``; SPEC 9)
+    chooses which of the target's nemesis hooks run as rules (``None``: every one it defines).
     ``seed`` repeats a run (one is drawn when it is ``None``; ``report.seed`` says which).
     ``on_start`` is called with the seed once the options have been checked, before
     anything runs. Ctrl-C (``KeyboardInterrupt``) stops the run, every worker with it, and
@@ -618,6 +646,8 @@ def fuzz(
         if clock not in CLOCK_MODES:
             raise UsageError(f"--clock must be 'manual' or 'wall', got {clock!r}")
         overrides["clock_mode"] = clock
+    if nemesis is not None:
+        overrides["nemesis"] = parse_nemesis(nemesis, machine, target)
     if clock_skew is not None:
         if not 0 <= clock_skew < 3_600_000:
             raise UsageError(

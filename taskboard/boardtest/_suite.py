@@ -31,6 +31,7 @@ from taskboard.stateful._machine import (
     sleep_until,
     wall_ttl_unit,
 )
+from taskboard.stateful._trace import NEMESIS_HOOKS
 
 __all__ = ["BoardContract"]
 
@@ -58,8 +59,9 @@ class BoardContract:
 
     Class attributes to set:
 
-    * ``clock_resolution``, ``clock_mode``, ``clock_skew``, ``expired_lease_policy``
-      and ``call_timeout``: as on ``BoardMachine``. With ``clock_mode = "wall"``
+    * ``clock_resolution``, ``clock_mode``, ``clock_skew``, ``expired_lease_policy``,
+      ``call_timeout``, ``tolerate_faults``, ``durable`` and ``nemesis``: as on
+      ``BoardMachine``. With ``clock_mode = "wall"``
       (SPEC 7) the boards get a :class:`~taskboard.SystemClock`, the example tests'
       tick is the machine's wall-clock TTL unit, and their ``clock.advance(delta)``
       sleeps (at most :data:`WALL_LONGEST_SLEEP` ticks) to just past the target.
@@ -78,6 +80,9 @@ class BoardContract:
     clock_skew: ClassVar[timedelta] = BoardMachine.clock_skew
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
     call_timeout: ClassVar[timedelta | None] = BoardMachine.call_timeout
+    tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = BoardMachine.tolerate_faults
+    durable: ClassVar[bool] = BoardMachine.durable
+    nemesis: ClassVar[tuple[str, ...] | None] = BoardMachine.nemesis
     machine_settings: ClassVar[settings | None] = None
     parallel_settings: ClassVar[settings | None] = None
 
@@ -115,6 +120,20 @@ class BoardContract:
         """Release what :meth:`open_client` acquired: by default the client's own ``aclose()``
         or ``close()``, unless the client is the board itself. May be ``async def``."""
         return None if client in getattr(self, "_boards_made", ()) else close_own(client)
+
+    def restart_storage(self, board: Any) -> Any:
+        """Optional (SPEC 9): stop the storage and start it again, keeping what it persists;
+        return the board to use from then on, or ``None`` to keep ``board``. When defined,
+        the state-machine and parallel runs restart the storage now and then, and judge the
+        snapshot after it by :attr:`durable`. May be ``async def``."""
+        raise NotImplementedError
+
+    def drop_connections(self, board: Any) -> Any:
+        """Optional (SPEC 9): kill ``board``'s live connections from the server's side; the
+        board must reconnect by itself (set :attr:`tolerate_faults` for the call that meets
+        the dropped connection). When defined, the runs drop connections now and then. May
+        be ``async def``."""
+        raise NotImplementedError
 
     @property
     def has_clients(self) -> bool:
@@ -594,6 +613,9 @@ class BoardContract:
         clients: dict[str, Any] = {}
         if self.has_clients:
             clients = {"open_client": self.open_client, "close_client": self.close_client}
+        for hook in NEMESIS_HOOKS.values():
+            if getattr(cls, hook) is not getattr(BoardContract, hook):
+                clients[hook] = getattr(self, hook)
         machine = BoardMachine.for_board(
             self.make_board,
             close=self.close_board,
@@ -603,6 +625,9 @@ class BoardContract:
             clock_skew=self.clock_skew,
             expired_lease_policy=self.expired_lease_policy,
             call_timeout=self.call_timeout,
+            tolerate_faults=self.tolerate_faults,
+            durable=self.durable,
+            nemesis=self.nemesis,
             trace_target=trace_target,
         )
         machine.__name__ = machine.__qualname__ = f"{type(self).__name__}{suffix}"

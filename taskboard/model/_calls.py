@@ -242,7 +242,9 @@ class Step:
     board, which mints other tokens: ``"L3"`` (the third lease a claim
     returned), ``"L3:one char longer"`` (a forgery of it), or ``"=text"`` (a
     literal token no claim returned). ``window`` is the call's window in wall-clock mode
-    (SPEC 7), ``None`` on a manual clock.
+    (SPEC 7), ``None`` on a manual clock. ``nemesis`` is set on a step that ran a storage
+    hook instead of a call (SPEC 9): ``"restart"`` (``restart_storage``) or ``"drop"``
+    (``drop_connections``); its ``note`` says what the snapshot after it showed.
     """
 
     index: int
@@ -254,3 +256,4 @@ class Step:
     note: str = ""
     token_ref: str = ""
     window: Window | None = None
+    nemesis: str = ""

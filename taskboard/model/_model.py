@@ -160,6 +160,9 @@ class BoardModel:
     #: The earliest instant the last call judged on a window may have taken effect: the
     #: next call takes effect no earlier (SPEC 7). ``None`` before any such call.
     floor: datetime | None = None
+    #: Every (task id, task) the model held since the start or the last restart, besides
+    #: what it holds now: the states a board that is not durable may fall back to (SPEC 9).
+    earlier: tuple[tuple[str, Task], ...] = ()
 
     @classmethod
     def start(
@@ -360,8 +363,13 @@ class BoardModel:
                 wrong ``until``, seq not grown, ...).
         """
         if isinstance(when, Window):
-            return self._advance_in(call, when, outcome)
-        return self._advance_at(call, when, outcome)
+            model = self._advance_in(call, when, outcome)
+        else:
+            model = self._advance_at(call, when, outcome)
+        before, after = self._record(call.task_id), model._record(call.task_id)
+        if before is None or after is None or after.task == before.task:
+            return model
+        return dataclasses.replace(model, earlier=(*self.earlier, (before.task.id, before.task)))
 
     def _advance_in(self, call: Call, window: Window, outcome: Outcome) -> BoardModel:
         instants = self.instants(call, window)
@@ -621,26 +629,7 @@ class BoardModel:
             ContractViolation: a task is missing, extra, duplicated or differs
                 from what the contract says it must be now, or its seq broke SPEC 3.8.
         """
-        seen: dict[str, Task] = {}
-        for item in snapshot:
-            if not isinstance(item, Task):
-                raise ContractViolation(
-                    "SPEC 3.7", "list_tasks() to return Task values", f"returned {item!r}"
-                )
-            if item.id in seen:
-                raise ContractViolation(
-                    "SPEC 3.7", "each task once in a snapshot", f"listed {item.id!r} twice"
-                )
-            seen[item.id] = item
-        expected_ids = [r.task.id for r in self.records]
-        missing = [i for i in expected_ids if i not in seen]
-        extra = sorted(set(seen) - set(expected_ids))
-        if missing or extra:
-            raise ContractViolation(
-                "SPEC 3.7",
-                f"every task in the snapshot, exactly: {expected_ids!r}",
-                f"listed {sorted(seen)!r} (missing {missing!r}, unknown {extra!r})",
-            )
+        seen = self._snapshot_by_id(snapshot)
         records = []
         changed = False
         for record in self.records:
@@ -665,6 +654,30 @@ class BoardModel:
                 )
             )
         return dataclasses.replace(self, records=tuple(records)) if changed else self
+
+    def _snapshot_by_id(self, snapshot: Sequence[Task]) -> dict[str, Task]:
+        """The snapshot's tasks by id, each task of the model exactly once (SPEC 3.7)."""
+        seen: dict[str, Task] = {}
+        for item in snapshot:
+            if not isinstance(item, Task):
+                raise ContractViolation(
+                    "SPEC 3.7", "list_tasks() to return Task values", f"returned {item!r}"
+                )
+            if item.id in seen:
+                raise ContractViolation(
+                    "SPEC 3.7", "each task once in a snapshot", f"listed {item.id!r} twice"
+                )
+            seen[item.id] = item
+        expected_ids = [r.task.id for r in self.records]
+        missing = [i for i in expected_ids if i not in seen]
+        extra = sorted(set(seen) - set(expected_ids))
+        if missing or extra:
+            raise ContractViolation(
+                "SPEC 3.7",
+                f"every task in the snapshot, exactly: {expected_ids!r}",
+                f"listed {sorted(seen)!r} (missing {missing!r}, unknown {extra!r})",
+            )
+        return seen
 
     def settle(
         self, call: Call, now: When, snapshot: Sequence[Task]
@@ -705,6 +718,67 @@ class BoardModel:
             f"listed a snapshot that matches neither: without the call, {without.expected} "
             f"but the board {without.observed}; {with_it}",
         )
+
+    def restart(
+        self, snapshot: Sequence[Task], *, durable: bool
+    ) -> tuple[BoardModel, frozenset[str]]:
+        """Judge the first snapshot after the storage restarted (SPEC 9).
+
+        A durable board must show exactly what the model holds. A board that is not durable
+        may show, for each task, any state the model held since the start or the last
+        restart (it lost what it acknowledged after that state); the model goes on from the
+        snapshot. Either way the fence history stays: later fences must still be greater
+        than every fence issued before, and tokens are never issued twice.
+
+        Returns the model of the snapshot and the tokens of the leases the restart lost
+        (their holders no longer hold them).
+
+        Raises:
+            ContractViolation: a durable board lost or changed something, or a task of a
+                board that is not durable shows a state the model never held.
+        """
+        if durable:
+            try:
+                model = self.reconcile(snapshot)
+            except ContractViolation as violation:
+                raise ContractViolation(
+                    "SPEC 9 (a durable board loses nothing it acknowledged)",
+                    f"after the restart, what the board acknowledged before it: "
+                    f"{violation.expected}",
+                    f"{violation.observed}; a store that may lose acknowledged changes "
+                    "declares durable = False",
+                ) from None
+            return dataclasses.replace(model, earlier=()), frozenset()
+        seen = self._snapshot_by_id(snapshot)
+        records = []
+        lost: set[str] = set()
+        for record in self.records:
+            got = seen[record.task.id]
+            held = (record.task, *(t for i, t in reversed(self.earlier) if i == record.task.id))
+            match = next((t for t in held if self._matches(t, got)), None)
+            if match is None:
+                states = "; ".join(describe_task(t) for t in held)
+                raise ContractViolation(
+                    "SPEC 9 (a board that is not durable falls back to a state it held)",
+                    f"after the restart, task {record.task.id!r} in a state the model held "
+                    f"since the last restart: {states}",
+                    f"listed {describe_task(got)}",
+                )
+            if record.task.lease is not None and (
+                match.lease is None or match.lease.token != record.task.lease.token
+            ):
+                lost.add(record.task.lease.token)
+            task = dataclasses.replace(match, seq=got.seq)
+            records.append(dataclasses.replace(record, task=task, seq_rule="equal", pending=None))
+        model = dataclasses.replace(self, records=tuple(records), earlier=())
+        return model, frozenset(lost)
+
+    def _matches(self, want: Task, got: Task) -> bool:
+        try:
+            self._compare(_Record(want), got)
+        except ContractViolation:
+            return False
+        return True
 
     def _compare(self, record: _Record, got: Task) -> None:
         want = record.task

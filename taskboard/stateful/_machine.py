@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import inspect
@@ -36,7 +37,14 @@ from hypothesis.strategies._internal.featureflags import FeatureFlags, FeatureSt
 from taskboard._check import check
 from taskboard._clock import CLOCK_MODES, Clock, ClockMode, ManualClock, SystemClock, as_utc
 from taskboard._contract import Board, FailingBoard, RenewingBoard, State, Task
-from taskboard._driver import CallTimeoutError, Driver, close_driven, driven, make_driven
+from taskboard._driver import (
+    CallTimeoutError,
+    Driver,
+    close_driven,
+    driven,
+    is_async_board,
+    make_driven,
+)
 from taskboard._errors import BoardError
 from taskboard.model import (
     BoardModel,
@@ -54,7 +62,14 @@ from taskboard.model import (
 )
 from taskboard.model._calls import is_infrastructure_fault
 from taskboard.model._model import EXPIRED_LEASE_POLICIES, errors_in
-from taskboard.stateful._trace import FORGERIES, forge, format_offset, render_step, token_ref
+from taskboard.stateful._trace import (
+    FORGERIES,
+    NEMESIS_HOOKS,
+    forge,
+    format_offset,
+    render_step,
+    token_ref,
+)
 from taskboard.stateful._tracefile import TRACE_DIR_ENV, Trace, Verdict, write_trace
 
 __all__ = ["BoardMachine", "InfrastructureFault"]
@@ -386,6 +401,10 @@ def _client_hook(function: Callable[[Any], Any], *, skip_board: bool = False) ->
     return hook
 
 
+def _run_coroutine(function: Callable[[Any], Any], argument: Any) -> Any:
+    return asyncio.run(function(argument))
+
+
 def _async_make_board(factory: Callable[..., Any]) -> Callable[..., Any]:
     async def make_board(self: BoardMachine, tasks: Sequence[Task], clock: Clock) -> Any:
         return await factory(tasks, clock)
@@ -435,7 +454,13 @@ class InfrastructureFault(Exception):
 
 
 #: The class attributes :meth:`BoardMachine.for_board` takes from a factory that has them.
-_FACTORY_ATTRIBUTES = ("clock_resolution", "clock_mode", "clock_skew", "expired_lease_policy")
+_FACTORY_ATTRIBUTES = (
+    "clock_resolution",
+    "clock_mode",
+    "clock_skew",
+    "expired_lease_policy",
+    "durable",
+)
 
 #: Called with every machine at teardown (the fuzzer counts examples, steps and transitions).
 _LISTENERS: list[Callable[[BoardMachine], None]] = []
@@ -487,6 +512,12 @@ class BoardMachine(RuleBasedStateMachine):
       tuple of exception classes (``(ConnectionError, psycopg.OperationalError)``)
       only those, so a ``KeyError`` from the host's own code is still reported. A
       timeout (any ``TimeoutError``) still ends the run.
+    * ``durable``: SPEC 9, whether the board keeps everything it acknowledged across
+      :meth:`restart_storage` (default ``True``). ``False``: after a restart it may show,
+      per task, any state it held since the last restart; fences and tokens must still
+      never repeat.
+    * ``nemesis``: which of the defined nemesis hooks run as rules, ``"restart"`` and
+      ``"drop"`` (default ``None``: every defined hook; ``()``: none).
 
     Async boards: a board whose methods are coroutines needs no wrapper. The machine
     runs it on an event loop of its own, on a thread of its own, one loop per
@@ -504,6 +535,8 @@ class BoardMachine(RuleBasedStateMachine):
     #: SPEC 8: run each thread of a parallel program in an OS process of its own, on a client
     #: it opens by unpickling the board (``taskboard fuzz --processes``; see docs/clients.md).
     parallel_processes: ClassVar[bool] = False
+    durable: ClassVar[bool] = True
+    nemesis: ClassVar[tuple[str, ...] | None] = None
     #: Where the shrunk failing trace is written as JSON; ``None`` reads the
     #: ``TASKBOARD_TRACE_DIR`` environment variable, and no trace is written if it is unset.
     trace_dir: ClassVar[str | None] = None
@@ -548,6 +581,8 @@ class BoardMachine(RuleBasedStateMachine):
         self._checked_snapshot: list[Task] | None = None
         #: In a parallel program: each thread call's (operation, outcome), for coverage.
         self.concurrent_calls: Counter[tuple[str, str]] = Counter()
+        #: The nemesis steps this machine runs as rules (SPEC 9).
+        self.nemesis_steps = cls.nemesis_hooks()
 
     @classmethod
     def check_definition(cls) -> None:
@@ -599,6 +634,46 @@ class BoardMachine(RuleBasedStateMachine):
                 f"{cls.__qualname__}.expired_lease_policy must be 'either', 'accept' or "
                 f"'reject', got {cls.expired_lease_policy!r}"
             )
+        if not isinstance(cls.durable, bool):
+            raise TypeError(
+                f"{cls.__qualname__}.durable must be True or False, got {cls.durable!r}"
+            )
+        cls.nemesis_hooks()
+
+    @classmethod
+    def defined_nemesis(cls) -> tuple[str, ...]:
+        """The nemesis steps this class can run (SPEC 9): ``"restart"`` when it defines
+        :meth:`restart_storage`, ``"drop"`` when it defines :meth:`drop_connections`."""
+        return tuple(
+            kind
+            for kind, hook in NEMESIS_HOOKS.items()
+            if getattr(cls, hook) is not getattr(BoardMachine, hook)
+        )
+
+    @classmethod
+    def nemesis_hooks(cls) -> tuple[str, ...]:
+        """The nemesis steps this class runs as rules: ``nemesis``, or every defined one.
+
+        Raises:
+            TypeError: ``nemesis`` is not a tuple of ``"restart"`` and ``"drop"``, or names
+                a step whose hook the class does not define.
+        """
+        chosen: object = cls.nemesis
+        defined = cls.defined_nemesis()
+        if chosen is None:
+            return defined
+        if not isinstance(chosen, tuple) or not all(k in NEMESIS_HOOKS for k in chosen):
+            raise TypeError(
+                f"{cls.__qualname__}.nemesis must be None or a tuple of 'restart' and 'drop', "
+                f"got {chosen!r}"
+            )
+        undefined = [NEMESIS_HOOKS[k] for k in chosen if k not in defined]
+        if undefined:
+            raise TypeError(
+                f"{cls.__qualname__}.nemesis asks for {', '.join(chosen)}, but the class "
+                f"defines no {' or '.join(undefined)}(self, board)"
+            )
+        return tuple(dict.fromkeys(chosen))
 
     @classmethod
     def _to_test_case(cls) -> Any:  # type: ignore[override]  # Hypothesis wraps it in lru_cache
@@ -629,6 +704,8 @@ class BoardMachine(RuleBasedStateMachine):
         close: Callable[[Any], Any] | None = None,
         open_client: Callable[[Any], Any] | None = None,
         close_client: Callable[[Any], Any] | None = None,
+        restart_storage: Callable[[Any], Any] | None = None,
+        drop_connections: Callable[[Any], Any] | None = None,
         **attributes: Any,
     ) -> type[BoardMachine]:
         """A machine class whose boards come from ``factory(tasks, clock)``.
@@ -642,7 +719,11 @@ class BoardMachine(RuleBasedStateMachine):
         machine's loop. Clients (SPEC 8) come from ``open_client(board)``, or from the
         factory's own ``open_client`` attribute (a board class's ``open_client`` method
         will do), and are closed with ``close_client(client)`` or their own ``aclose()``
-        or ``close()``; with neither, every thread shares the board.
+        or ``close()``; with neither, every thread shares the board. ``restart_storage(board)``
+        and ``drop_connections(board)`` are the nemesis hooks (SPEC 9), each may be
+        ``async def``; set ``durable=False`` with them for a store that may lose
+        acknowledged changes. A factory's own ``restart_storage`` and ``drop_connections``
+        attributes (a board class's methods will do) and ``durable`` are used as well.
         """
         name = getattr(factory, "__name__", type(factory).__name__)
         namespace: dict[str, Any] = {
@@ -670,6 +751,12 @@ class BoardMachine(RuleBasedStateMachine):
                 open_client=_client_hook(opener),
                 close_client=_client_hook(close_client or close_own, skip_board=True),
             )
+        for hook, function in (
+            ("restart_storage", restart_storage or getattr(factory, "restart_storage", None)),
+            ("drop_connections", drop_connections or getattr(factory, "drop_connections", None)),
+        ):
+            if function is not None:
+                namespace[hook] = _client_hook(function)
         # Replay the trace against the factory itself when it can be imported by name.
         qualname = getattr(factory, "__qualname__", "<unknown>")
         importable = not inspect.ismethod(factory) and "<" not in qualname
@@ -753,6 +840,27 @@ class BoardMachine(RuleBasedStateMachine):
                 errors.append(exc)
         if errors:
             _raise_fault(self._fault(errors[0], None, "close_client(client)"))
+
+    def restart_storage(self, board: Any) -> Any:
+        """Optional (SPEC 9): stop the board's storage and start it again, keeping whatever
+        it persists (a server restart, a file closed and reopened).
+
+        ``board`` is the board the machine calls now. Return the board to use from then on,
+        or ``None`` to keep ``board``. The machine then reads ``list_tasks()``: a
+        :attr:`durable` board must show exactly what it acknowledged; one that is not may
+        show, per task, any state it held since the last restart. Fences and tokens must
+        never repeat. May be ``async def``. Defined: it runs as a rare rule.
+        """
+        raise NotImplementedError
+
+    def drop_connections(self, board: Any) -> Any:
+        """Optional (SPEC 9): kill ``board``'s live connections from the server's side
+        (``CLIENT KILL``, ``pg_terminate_backend``). The board must reconnect by itself; a
+        call that meets a dropped connection is an infrastructure fault, which
+        :attr:`tolerate_faults` settles. May be ``async def``. Defined: it runs as a rare
+        rule.
+        """
+        raise NotImplementedError
 
     def close_board(self, board: Any) -> Any:
         """Release what :meth:`make_board` acquired; runs at the end of every example.
@@ -954,6 +1062,76 @@ class BoardMachine(RuleBasedStateMachine):
         on one (``at_expiry`` covers the boundaries), so the example replays alike."""
         step = ticks * self.ttl_unit + (self.ttl_unit / 2 if self.wall else timedelta(0))
         self._move_clock(self.clock.now() + step, "")
+
+    # -- rules: the nemesis (SPEC 9) -------------------------------------------------------------
+
+    @precondition(lambda self: self._nemesis_ready("restart"))
+    @rule()
+    def restart(self) -> None:
+        """Restart the storage (``restart_storage``), then judge the snapshot by SPEC 9."""
+        self.run_nemesis("restart")
+
+    @precondition(lambda self: self._nemesis_ready("drop"))
+    @rule()
+    def drop(self) -> None:
+        """Kill the board's connections (``drop_connections``); the next calls meet that."""
+        self.run_nemesis("drop")
+
+    def _nemesis_ready(self, kind: str) -> bool:
+        # No spacing rule: a precondition on the trace would keep the shrinker from
+        # deleting the steps before a restart. Rare enough: one rule of many.
+        return kind in self.nemesis_steps
+
+    def run_nemesis(self, kind: str) -> None:
+        """Run the nemesis hook ``kind`` (``"restart"`` or ``"drop"``) as a step of the trace.
+
+        After a restart the snapshot is judged by SPEC 9 (see :meth:`restart_storage`) and
+        the model goes on from it. After a drop nothing is read, so that the next call is
+        the one that meets the dropped connection.
+        """
+        assert self._driver is not None
+        hook = NEMESIS_HOOKS[kind]
+        function = getattr(self, hook)
+        if inspect.iscoroutinefunction(function) and not is_async_board(self.made_board):
+            # An async hook for a sync board: its own loop, under the same time limit.
+            function = functools.partial(_run_coroutine, function)
+        step = Step(len(self.trace) + 1, self.clock.now(), nemesis=kind)
+        self.trace.append(step)
+        try:
+            returned = self._driver.call(function, self.made_board)
+        except Exception as exc:
+            _raise_fault(self._fault(exc, step, f"{hook}(board)"))
+        if kind == "drop":
+            self.transitions[("nemesis", "drop_connections", "ok")] += 1
+            return
+        if returned is not None:
+            if not isinstance(returned, Board):
+                raise TypeError(
+                    f"{type(self).__qualname__}.restart_storage returned {returned!r}, which is "
+                    "neither None nor a Board"
+                )
+            self.made_board, self.board = returned, driven(returned, self._driver)
+        snapshot = self._snapshot(step)
+        durable = type(self).durable
+        try:
+            self.model, lost = self.model.restart(snapshot, durable=durable)
+        except ContractViolation as violation:
+            raise self._report(violation, step) from None
+        for task in self.model.tasks:
+            if task.lease is not None:
+                self._untils[task.lease.token] = task.lease.until
+                self._given_up.discard(task.lease.token)
+        self._given_up |= lost
+        verdict = (
+            "durable: the snapshot shows every acknowledged change"
+            if durable
+            else f"not durable: lost {', '.join(sorted(map(self._label, lost)))}"
+            if lost
+            else "not durable: no lease lost"
+        )
+        self.transitions[("nemesis", "restart_storage", "lost leases" if lost else "ok")] += 1
+        self.trace[-1] = dataclasses.replace(step, note=verdict)
+        self._observe(self.trace[-1], snapshot)
 
     # On the wall clock whether a lease is still ahead depends on timing, so the rule is always
     # enabled (Hypothesis needs the same rules enabled whenever an example replays).

@@ -55,7 +55,7 @@ from taskboard.stateful._machine import (
 )
 from taskboard.stateful._processes import run_in_processes
 from taskboard.stateful._timeline import _lane, _us, timeline_html
-from taskboard.stateful._trace import format_offset, render_call
+from taskboard.stateful._trace import NEMESIS_HOOKS, format_offset, render_call
 from taskboard.stateful._tracefile import (
     ParallelOp,
     ParallelProgram,
@@ -82,7 +82,7 @@ THREAD_TOKENS = ("latest", "mine", "latest", "previous")
 _TTLS = (0, 1, 5, 10_000)
 
 
-def _ops(*, in_prefix: bool) -> st.SearchStrategy[ParallelOp]:
+def _ops(*, in_prefix: bool, nemesis: tuple[str, ...] = ()) -> st.SearchStrategy[ParallelOp]:
     # Races need collisions: most calls go to the first task, most actions complete or renew
     # with the token the task has when the threads start, and the prefix mostly claims.
     tasks = st.sampled_from((TASK_IDS[0], TASK_IDS[0], TASK_IDS[0], *TASK_IDS[1:]))
@@ -103,17 +103,21 @@ def _ops(*, in_prefix: bool) -> st.SearchStrategy[ParallelOp]:
     advances = st.builds(ParallelOp, st.just("advance"), tasks, ttl_ticks=st.integers(1, 5))
     # The threads then race at a lease's expiry: a takeover against a renew or a complete.
     expiries = st.builds(ParallelOp, st.just("expiry"), tasks, ttl_ticks=st.integers(0, 1))
+    if nemesis:  # SPEC 9: a restart or a drop in the prefix, so the threads race right after it
+        storage = st.builds(ParallelOp, st.sampled_from(nemesis), st.just(TASK_IDS[0]))
+        return st.one_of(claims, claims, actions, advances, expiries, storage)
     return st.one_of(claims, claims, actions, advances, expiries)
 
 
-def programs() -> st.SearchStrategy[ParallelProgram]:
+def programs(nemesis: tuple[str, ...] = ()) -> st.SearchStrategy[ParallelProgram]:
     """Programs: a prefix of up to 6 steps, then 2 to 4 threads of 1 to 4 operations each;
-    one in four is an :func:`expiry race <expiry_races>`."""
+    one in four is an :func:`expiry race <expiry_races>`. ``nemesis`` names the nemesis
+    steps (SPEC 9) the prefix may hold besides calls and clock moves."""
     general = st.builds(
         ParallelProgram,
         # Half the programs have no dependencies at all, so every task can be raced for.
         st.one_of(st.just(dict.fromkeys(TASK_IDS, ())), dependency_graphs()),
-        st.lists(_ops(in_prefix=True), max_size=6).map(tuple),
+        st.lists(_ops(in_prefix=True, nemesis=nemesis), max_size=6).map(tuple),
         _thread_lists(),
     )
     return st.one_of(general, general, general, expiry_races())
@@ -180,7 +184,7 @@ def run_parallel_state_machine(
 
     # Keys the example database by machine, as Hypothesis does for state machines.
     run._hypothesis_internal_add_digest = function_digest(machine_cls)  # type: ignore[attr-defined]
-    test = given(programs())(run)
+    test = given(programs(machine_cls.nemesis_hooks()))(run)
     chosen_seed = getattr(machine_cls, "_hypothesis_internal_use_seed", None)
     if chosen_seed is not None:  # set by hypothesis.seed(...) on the machine class, as fuzz does
         test = seed(chosen_seed)(test)
@@ -208,6 +212,8 @@ def run_program(
                 machine._move_clock(machine.clock.now() + op.ttl_ticks * machine.ttl_unit, "")
             elif op.op == "expiry":
                 _move_to_expiry(machine, op)
+            elif op.op in NEMESIS_HOOKS:
+                machine.run_nemesis(op.op)
             elif op.op == "claim" or machine._supports(op.op):
                 machine._perform(_call(machine, op, {}))
         history, snapshot = _run_threads(machine, program.threads)

@@ -11,7 +11,7 @@ from typing import Any, cast
 from taskboard._clock import as_utc
 from taskboard.model import ContractViolation, Op, Step
 from taskboard.stateful._machine import BoardFactory, BoardMachine, failures_reported
-from taskboard.stateful._trace import resolve_token
+from taskboard.stateful._trace import NEMESIS_HOOKS, resolve_token
 from taskboard.stateful._tracefile import Trace
 
 __all__ = ["ReplayResult", "replay_trace"]
@@ -57,10 +57,18 @@ def replay_trace(trace: Trace, board: BoardFactory | type[BoardMachine]) -> Repl
     successful claim returned. A parallel-mode trace reruns its program a few times
     (threads do not repeat their timing); ``steps_run`` then counts the runs.
 
+    Nemesis steps (SPEC 9) run the machine's own ``restart_storage`` or
+    ``drop_connections``, so a trace with them replays on a machine that defines them.
+
     Raises:
         InfrastructureFault: the board raised an exception the contract does not
             name, or a call hung: the replay has no verdict on the contract.
+        ValueError: the trace has a nemesis step whose hook ``board`` does not define
+            (:func:`missing_nemesis` says which).
     """
+    missing = missing_nemesis(trace, board)
+    if missing:
+        raise ValueError(missing)
     machine_cls = _machine_for(board, trace)
     with failures_reported(machine_cls):
         if trace.program is not None:
@@ -70,6 +78,21 @@ def replay_trace(trace: Trace, board: BoardFactory | type[BoardMachine]) -> Repl
             return _run(machine, trace)
         finally:
             machine.teardown()
+
+
+def missing_nemesis(trace: Trace, board: BoardFactory | type[BoardMachine]) -> str:
+    """Why ``board`` cannot replay ``trace``'s nemesis steps, or ``""`` when it can."""
+    kinds = [step.nemesis for step in trace.steps if step.nemesis]
+    if trace.program is not None:
+        kinds += [op.op for op in trace.program.prefix if op.op in NEMESIS_HOOKS]
+    defined = _machine_for(board, trace).defined_nemesis() if kinds else ()
+    hooks = sorted({NEMESIS_HOOKS[kind] for kind in kinds if kind not in defined})
+    if not hooks:
+        return ""
+    return (
+        f"the trace runs {' and '.join(hooks)} (SPEC 9): replay it on a machine or board "
+        f"that defines {' and '.join(hooks)}"
+    )
 
 
 def _run_parallel(machine_cls: type[BoardMachine], trace: Trace) -> ReplayResult:
@@ -141,6 +164,9 @@ def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
         for step in trace.steps:
             steps_run += 1
             at = step.at + shift
+            if step.nemesis:
+                machine.run_nemesis(step.nemesis)
+                continue
             if step.call is None:
                 target = at + (step.advance or timedelta(0))
                 if machine.wall:  # land as far from the replayed lease's until as recorded

@@ -10,6 +10,7 @@ from taskboard.model import Call, Op, Outcome, Step, format_duration
 
 __all__ = [
     "FORGERIES",
+    "NEMESIS_HOOKS",
     "forge",
     "format_offset",
     "render_call",
@@ -21,6 +22,10 @@ __all__ = [
 #: Ways to forge a token from a real one: close misses that catch stores comparing by prefix,
 #: truncating the token column, or folding case.
 FORGERIES = ("never issued", "empty", "one char longer", "one char shorter", "other case")
+
+
+#: The nemesis steps (SPEC 9), each by the machine hook it runs.
+NEMESIS_HOOKS = {"restart": "restart_storage", "drop": "drop_connections"}
 
 
 def forge(token: str, how: str) -> str:
@@ -78,7 +83,9 @@ def render_step(
 ) -> str:
     """One line of a trace: index, clock offset, what was done, what the board did."""
     when = f"+{format_offset(step.at - start)}"
-    if step.call is None:
+    if step.nemesis:
+        text = f"{NEMESIS_HOOKS[step.nemesis]}(board)" + (f"  ({step.note})" if step.note else "")
+    elif step.call is None:
         moved = format_offset(step.advance or timedelta(0))
         what = f"clock advances {moved}" if step.advance else "clock stays"
         text = what + (f"  ({step.note})" if step.note else "")

@@ -23,7 +23,7 @@ from taskboard._clock import CLOCK_MODES, ClockMode, as_utc
 from taskboard._contract import Lease, Task
 from taskboard.model import Allowed, Call, ExpiredLeasePolicy, Op, Outcome, Step, Window
 from taskboard.model._model import EXPIRED_LEASE_POLICIES
-from taskboard.stateful._trace import FORGERIES
+from taskboard.stateful._trace import FORGERIES, NEMESIS_HOOKS
 
 __all__ = [
     "SCHEMA",
@@ -44,7 +44,8 @@ __all__ = [
 SCHEMA = "taskboard-trace"
 #: The trace format version this taskboard writes, and the newest it reads. Version 2 added
 #: the clock mode, the skew and each call's window (SPEC 7); a version 1 trace is manual.
-SCHEMA_VERSION = 2
+#: Version 3 added nemesis steps (SPEC 9), in the steps and in a program's prefix.
+SCHEMA_VERSION = 3
 #: Environment variable naming a directory: failing traces are written there.
 TRACE_DIR_ENV = "TASKBOARD_TRACE_DIR"
 
@@ -107,6 +108,8 @@ class ParallelOp:
             return f"advance({self.ttl_ticks} ticks)"
         if self.op == "expiry":
             return f"expiry({self.task!r}, lead={self.ttl_ticks})"
+        if self.op in NEMESIS_HOOKS:
+            return f"{NEMESIS_HOOKS[self.op]}(board)"
         return f"{self.op}({self.task!r}, token={self.token})"
 
 
@@ -147,6 +150,11 @@ def _task_json(task: Task) -> dict[str, Any]:
 
 def _step_json(step: Step) -> dict[str, Any]:
     record: dict[str, Any] = {"index": step.index, "at": step.at.isoformat()}
+    if step.nemesis:
+        record.update(kind="nemesis", hook=step.nemesis)
+        if step.note:
+            record["note"] = step.note
+        return record
     if step.call is None:
         record.update(kind="clock", advance_us=_micros(step.advance or timedelta(0)))
         if step.note:
@@ -340,12 +348,17 @@ def _step(reader: _Reader, expected_index: int) -> Step:
     at = reader.when("at")
     assert at is not None
     kind = reader.get("kind", str)
+    if kind == "nemesis":
+        hook = reader.get("hook", str)
+        if hook not in NEMESIS_HOOKS:
+            raise reader.error("hook", f"expected 'restart' or 'drop', got {hook!r}")
+        return Step(index, at, nemesis=hook, note=reader.get("note", str, optional=True) or "")
     if kind == "clock":
         advance = reader.duration("advance_us")
         note = reader.get("note", str, optional=True) or ""
         return Step(index, at, advance=advance, note=note)
     if kind != "call":
-        raise reader.error("kind", f"expected 'call' or 'clock', got {kind!r}")
+        raise reader.error("kind", f"expected 'call', 'clock' or 'nemesis', got {kind!r}")
     op_name = reader.get("op", str)
     if op_name not in Op.__members__.values():
         ops = ", ".join(o.value for o in Op)
@@ -399,7 +412,16 @@ def _window(reader: _Reader, bounds: list[Any]) -> Window:
 
 #: A duration longer than any clock could run a trace for (about 30 years), in microseconds.
 _LONGEST_US = 10**15
-_PROGRAM_OPS = ("claim", "renew", "release", "complete", "fail", "advance", "expiry")
+_PROGRAM_OPS = (
+    "claim",
+    "renew",
+    "release",
+    "complete",
+    "fail",
+    "advance",
+    "expiry",
+    *NEMESIS_HOOKS,
+)
 _PROGRAM_TOKENS = ("mine", "latest", "previous")
 
 
