@@ -6,6 +6,8 @@ mutant it prints whether it was caught, the examples (boards) and seconds until 
 violation, and the length of the shrunk trace in steps; medians over seeds. Then totals and
 medians over the gallery.
 
+The nemesis mutants (SPEC 9) get a third table: each with the hooks off, then with them on.
+
 The client-race mutants (SPEC 8) get a table of their own: each runs through the parallel
 mode on SQLite files, once with every thread sharing one client (the control, which must
 pass) and once per seed with a client per thread; and through concurrent_claim or
@@ -32,7 +34,7 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard import Board, Clock, Task, concurrent_claim, duplicate_token_submit
-from taskboard.hosts import client_mutants, mutants
+from taskboard.hosts import client_mutants, mutants, nemesis_mutants
 from taskboard.model import Step
 from taskboard.stateful import (
     BoardMachine,
@@ -41,6 +43,9 @@ from taskboard.stateful import (
     run_parallel_state_machine,
     violations_in,
 )
+
+#: Correct boards run with the nemesis too: a false alarm there would void the table.
+NEMESIS_CONTROLS = (nemesis_mutants.FileBoard, nemesis_mutants.PeriodicSnapshotBoard)
 
 
 @dataclass
@@ -55,14 +60,19 @@ class Result:
 
 
 def run_machine(
-    board: type, run_seed: int, max_examples: int, steps: int = 50
+    board: type,
+    run_seed: int,
+    max_examples: int,
+    steps: int = 50,
+    base: type[BoardMachine] = BoardMachine,
 ) -> tuple[int, float, int] | None:
-    """(examples until caught, seconds until caught, shrunk steps), or None if not caught."""
+    """(examples until caught, seconds until caught, shrunk steps), or None if not caught.
+    ``base`` is the machine class to run (its hooks and attributes), making ``board``s."""
     made = 0
     first: list[tuple[int, float]] = []
     started = time.perf_counter()
 
-    class Machine(BoardMachine):
+    class Machine(base):  # type: ignore[valid-type,misc]
         def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
             nonlocal made
             made += 1
@@ -317,6 +327,72 @@ def measure(seeds: int, max_examples: int, only: Sequence[str] = ()) -> list[Res
     return results
 
 
+@dataclass
+class NemesisResult:
+    name: str
+    passed_without: bool
+    caught: int
+    runs: int
+    examples: float | None
+    seconds: float | None
+    steps: float | None
+
+
+def nemesis_machine(board: type, nemesis: tuple[str, ...] | None) -> type[BoardMachine]:
+    """A tolerant machine on ``board``, its hooks from the class, running ``nemesis``."""
+    return BoardMachine.for_board(board, tolerate_faults=(ConnectionResetError,), nemesis=nemesis)
+
+
+def measure_nemesis(seeds: int, max_examples: int) -> list[NemesisResult]:
+    """Each nemesis mutant once with the hooks off (it must pass), then once per seed with
+    them on; and the two correct file boards with the hooks on (they must pass)."""
+    results = []
+    for board in (*nemesis_mutants.NEMESIS_MUTANTS, *NEMESIS_CONTROLS):
+        off = run_machine(board, 0, max_examples, base=nemesis_machine(board, ()))
+        runs = [
+            run_machine(board, s, max_examples, base=nemesis_machine(board, None))
+            for s in range(seeds)
+        ]
+        hits = [r for r in runs if r is not None]
+        results.append(
+            NemesisResult(
+                board.__name__,
+                off is None,
+                len(hits),
+                seeds,
+                median([h[0] for h in hits]),
+                median([h[1] for h in hits]),
+                median([h[2] for h in hits]),
+            )
+        )
+        print(f"  measured {board.__name__}: {len(hits)}/{seeds}", file=sys.stderr)
+    return results
+
+
+def nemesis_table(results: list[NemesisResult], seeds: int, max_examples: int) -> str:
+    lines = [
+        f"Nemesis mutants (SPEC 9): {len(NEMESIS_CONTROLS)} correct boards and "
+        f"{len(results) - len(NEMESIS_CONTROLS)} mutants on a JSON file, in tolerant mode. "
+        f"Each runs {max_examples} examples with the nemesis off (a mutant must pass: its "
+        f"bug needs a restart or a dropped connection), then {seeds} seeds with "
+        "restart_storage and drop_connections on (medians over seeds).",
+        "",
+        "| board | nemesis off | nemesis on: caught | examples to catch | seconds to catch "
+        "| shrunk steps |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    controls = {board.__name__ for board in NEMESIS_CONTROLS}
+    for r in results:
+        off = "passed" if r.passed_without else "CAUGHT"
+        if r.name in controls:  # a correct board: every run must pass
+            r.name += " (correct)"
+        lines.append(
+            f"| {r.name} | {off} | {r.caught}/{r.runs} | {fmt(r.examples, '.0f')} "
+            f"| {fmt(r.seconds, '.2f')} | {fmt(r.steps, '.0f')} |"
+        )
+    return "\n".join(lines)
+
+
 def fmt(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
@@ -368,6 +444,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as directory:
             clients = measure_clients(args.seeds, args.client_programs, Path(directory))
         text += "\n\n" + client_table(clients, args.seeds, args.client_programs)
+        nemesis = measure_nemesis(args.seeds, args.max_examples)
+        text += "\n\n" + nemesis_table(nemesis, args.seeds, args.max_examples)
     print(text)
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as page:
@@ -375,9 +453,8 @@ def main() -> None:
                 "# Bug gallery and power\n\n"
                 "Generated by `python benchmarks/bench_power.py --markdown docs/power.md`; "
                 "do not edit by hand. The mutants are documented in "
-                "`taskboard/hosts/mutants.py` and `taskboard/hosts/client_mutants.py`.\n\n"
-                + text
-                + "\n"
+                "`taskboard/hosts/mutants.py`, `taskboard/hosts/client_mutants.py` and "
+                "`taskboard/hosts/nemesis_mutants.py`.\n\n" + text + "\n"
             )
 
 
