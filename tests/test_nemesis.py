@@ -205,9 +205,11 @@ class Plain(BoardMachine):
 
 
 def test_a_machine_without_hooks_has_no_nemesis_steps() -> None:
-    """No hook defined: nothing to run, and asking for one is a TypeError naming the hook."""
+    """No hook defined: no nemesis rule, and asking for one is a TypeError naming the hook."""
     assert Plain.defined_nemesis() == ()
     assert Plain.nemesis_hooks() == ()
+    assert not hasattr(Plain, "restart")  # no rule that could never run
+    assert callable(machine_for(FileBoard).restart)
     asking = type("Asking", (Plain,), {"nemesis": ("restart",)})
     with pytest.raises(TypeError, match="defines no restart_storage"):
         asking.check_definition()

@@ -412,6 +412,24 @@ def _async_make_board(factory: Callable[..., Any]) -> Callable[..., Any]:
     return make_board
 
 
+@precondition(lambda self: self._nemesis_ready("restart"))
+@rule()
+def restart(self: BoardMachine) -> None:
+    """Restart the storage (``restart_storage``), then judge the snapshot by SPEC 9."""
+    self.run_nemesis("restart")
+
+
+@precondition(lambda self: self._nemesis_ready("drop"))
+@rule()
+def drop(self: BoardMachine) -> None:
+    """Kill the board's connections (``drop_connections``); the next calls meet that."""
+    self.run_nemesis("drop")
+
+
+#: The nemesis rules, which a machine class with the hooks gets as its methods.
+_NEMESIS_RULES = {"restart": restart, "drop": drop}
+
+
 class _ParallelTestCase:
     """``MyMachine.ParallelTestCase``: the parallel mode as a unittest case, like ``TestCase``."""
 
@@ -1065,17 +1083,13 @@ class BoardMachine(RuleBasedStateMachine):
 
     # -- rules: the nemesis (SPEC 9) -------------------------------------------------------------
 
-    @precondition(lambda self: self._nemesis_ready("restart"))
-    @rule()
-    def restart(self) -> None:
-        """Restart the storage (``restart_storage``), then judge the snapshot by SPEC 9."""
-        self.run_nemesis("restart")
-
-    @precondition(lambda self: self._nemesis_ready("drop"))
-    @rule()
-    def drop(self) -> None:
-        """Kill the board's connections (``drop_connections``); the next calls meet that."""
-        self.run_nemesis("drop")
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The nemesis rules exist only on classes with the hooks: on every other class a
+        # rule that is never enabled would still cost each step a rejected draw.
+        super().__init_subclass__(**kwargs)
+        for kind in cls.defined_nemesis():
+            if kind not in cls.__dict__:
+                setattr(cls, kind, _NEMESIS_RULES[kind])
 
     def _nemesis_ready(self, kind: str) -> bool:
         # No spacing rule: a precondition on the trace would keep the shrinker from
