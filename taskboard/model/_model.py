@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, get_args
 
@@ -140,6 +140,20 @@ class _Record:
 
 
 @dataclass(frozen=True)
+class _Held:
+    # One state a task held, and the ones held before it: a list that grows at the front in
+    # constant time, however long the run.
+    task: Task
+    before: _Held | None
+
+
+def _held(newest: _Held | None) -> Iterator[Task]:
+    while newest is not None:
+        yield newest.task
+        newest = newest.before
+
+
+@dataclass(frozen=True)
 class BoardModel:
     """The board as the contract says it must be, after the outcomes observed so far.
 
@@ -160,9 +174,11 @@ class BoardModel:
     #: The earliest instant the last call judged on a window may have taken effect: the
     #: next call takes effect no earlier (SPEC 7). ``None`` before any such call.
     floor: datetime | None = None
-    #: Every (task id, task) the model held since the start or the last restart, besides
-    #: what it holds now: the states a board that is not durable may fall back to (SPEC 9).
-    earlier: tuple[tuple[str, Task], ...] = ()
+    #: Every task state the model held since the start or the last restart, besides what
+    #: it holds now, newest first: the states a board that is not durable may fall back to
+    #: (SPEC 9). Not compared: two models that hold the same board are the same model (the
+    #: linearizability search memoizes on that), whatever they held before.
+    earlier: _Held | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def start(
@@ -369,7 +385,7 @@ class BoardModel:
         before, after = self._record(call.task_id), model._record(call.task_id)
         if before is None or after is None or after.task == before.task:
             return model
-        return dataclasses.replace(model, earlier=(*self.earlier, (before.task.id, before.task)))
+        return dataclasses.replace(model, earlier=_Held(before.task, self.earlier))
 
     def _advance_in(self, call: Call, window: Window, outcome: Outcome) -> BoardModel:
         instants = self.instants(call, window)
@@ -748,13 +764,13 @@ class BoardModel:
                     f"{violation.observed}; a store that may lose acknowledged changes "
                     "declares durable = False",
                 ) from None
-            return dataclasses.replace(model, earlier=()), frozenset()
+            return dataclasses.replace(model, earlier=None), frozenset()
         seen = self._snapshot_by_id(snapshot)
         records = []
         lost: set[str] = set()
         for record in self.records:
             got = seen[record.task.id]
-            held = (record.task, *(t for i, t in reversed(self.earlier) if i == record.task.id))
+            held = (record.task, *(t for t in _held(self.earlier) if t.id == record.task.id))
             match = next((t for t in held if self._matches(t, got)), None)
             if match is None:
                 states = "; ".join(describe_task(t) for t in held)
@@ -770,7 +786,7 @@ class BoardModel:
                 lost.add(record.task.lease.token)
             task = dataclasses.replace(match, seq=got.seq)
             records.append(dataclasses.replace(record, task=task, seq_rule="equal", pending=None))
-        model = dataclasses.replace(self, records=tuple(records), earlier=())
+        model = dataclasses.replace(self, records=tuple(records), earlier=None)
         return model, frozenset(lost)
 
     def _matches(self, want: Task, got: Task) -> bool:
@@ -789,10 +805,10 @@ class BoardModel:
                 "SPEC 3 and 3.8 (a rejected operation, or one on another task, changes nothing)"
             )
         differences = []
-        for field in ("title", "state", "owner"):
-            if getattr(got, field) != getattr(want, field):
+        for name in ("title", "state", "owner"):
+            if getattr(got, name) != getattr(want, name):
                 differences.append(
-                    f"{field}={getattr(got, field)!r} (expected {getattr(want, field)!r})"
+                    f"{name}={getattr(got, name)!r} (expected {getattr(want, name)!r})"
                 )
         if not _same_deps(got.deps, want.deps):
             differences.append(f"deps={got.deps!r} (expected {want.deps!r})")
