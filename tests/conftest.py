@@ -2,12 +2,17 @@
 and the real servers (PostgreSQL, Redis) that server-backed tests need."""
 
 import os
-from typing import NoReturn
+import shutil
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 from hypothesis import settings
 
 from taskboard._profiles import CI, register_profiles
+
+if TYPE_CHECKING:  # imported where used: the server module needs redis-py and psycopg
+    from tests.servers import PostgresServer, RedisServer
 
 pytest_plugins = ["pytester"]
 
@@ -45,6 +50,56 @@ def redis_server_url() -> str:
 def postgres_server_url() -> str:
     """``TASKBOARD_POSTGRES_URL``: a PostgreSQL server on loopback, or a skip with the reason."""
     return server_url("TASKBOARD_POSTGRES_URL", "PostgreSQL server")
+
+
+def _private_redis(factory: pytest.TempPathFactory, *, durable: bool) -> Iterator["RedisServer"]:
+    if shutil.which("redis-server") is None:
+        unavailable("redis-server is not on PATH: no private Redis server to restart")
+    from tests.servers import RedisServer
+
+    server = RedisServer(
+        factory.mktemp("redis-durable" if durable else "redis-volatile"), durable=durable
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def durable_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator["RedisServer"]:
+    """A private redis-server these tests own and restart (SPEC 9), durable: ``appendonly
+    yes`` and ``appendfsync always``; a skip (a failure in CI) without ``redis-server``."""
+    yield from _private_redis(tmp_path_factory, durable=True)
+
+
+@pytest.fixture(scope="session")
+def volatile_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator["RedisServer"]:
+    """A private redis-server these tests own and restart (SPEC 9), with no persistence
+    (``--save '' --appendonly no``): a restart loses every key."""
+    yield from _private_redis(tmp_path_factory, durable=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(postgres_server_url: str) -> "PostgresServer":
+    """The PostgreSQL server of ``TASKBOARD_POSTGRES_URL``, which the tests may cut off
+    (``pg_terminate_backend``) and, when ``TASKBOARD_POSTGRES_RESTART`` names a command
+    that restarts it, restart."""
+    from tests.servers import PostgresServer
+
+    return PostgresServer(postgres_server_url, os.environ.get("TASKBOARD_POSTGRES_RESTART"))
+
+
+@pytest.fixture(scope="session")
+def restartable_postgres(postgres_server: "PostgresServer") -> "PostgresServer":
+    """:func:`postgres_server`, or a skip (a failure in CI) when no restart command is set."""
+    if not postgres_server.restart_command:
+        unavailable(
+            "TASKBOARD_POSTGRES_RESTART is not set: no command to restart the PostgreSQL "
+            "server (.ci/run sets it)"
+        )
+    return postgres_server
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

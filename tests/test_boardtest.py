@@ -13,6 +13,7 @@ from taskboard import Board, ClaimRequest, Clock, ManualClock, Task
 from taskboard.boardtest import BoardContract
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.sqlite import SQLiteBoard
+from tests.servers import NEMESIS_MACHINE, NEMESIS_PARALLEL
 
 
 class TestMemoryBoardContract(BoardContract):
@@ -54,6 +55,44 @@ class TestSQLiteFileBoardContract(BoardContract):
 
     def open_client(self, board: SQLiteBoard) -> SQLiteBoard:
         return board.open_client()
+
+
+@pytest.mark.nemesis
+@pytest.mark.slow
+class TestSQLiteNemesisContract(BoardContract):
+    """SQLiteBoard on a database file, restarted now and then (SPEC 9): every connection
+    closed, and a new board opened on the same file with the same initial tasks (which
+    inserts only missing tasks, so it resets nothing). SQLite has no server to cut
+    connections off, so there is no drop."""
+
+    expired_lease_policy = "reject"
+    durable = True
+    machine_settings = NEMESIS_MACHINE
+    parallel_settings = NEMESIS_PARALLEL
+
+    @pytest.fixture(autouse=True)
+    def _directory(self, tmp_path: Path) -> None:
+        self.paths = (tmp_path / f"board{n}.db" for n in itertools.count())
+        self.opened: dict[SQLiteBoard, tuple[list[Task], Clock, Path]] = {}
+
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> SQLiteBoard:
+        path = next(self.paths)
+        board = SQLiteBoard(tasks, clock, path)
+        self.opened[board] = (list(tasks), clock, path)
+        return board
+
+    def close_board(self, board: SQLiteBoard) -> None:
+        board.close()
+
+    def open_client(self, board: SQLiteBoard) -> SQLiteBoard:
+        return board.open_client()
+
+    def restart_storage(self, board: SQLiteBoard) -> SQLiteBoard:
+        tasks, clock, path = self.opened.pop(board)
+        board.close()
+        reopened = SQLiteBoard(tasks, clock, path)
+        self.opened[reopened] = (tasks, clock, path)
+        return reopened
 
 
 class NoRenewBoard:

@@ -13,6 +13,7 @@ import taskboard
 from taskboard import (
     Board,
     ClaimRequest,
+    Clock,
     Lease,
     LeaseLostError,
     ManualClock,
@@ -23,6 +24,7 @@ from taskboard import (
 )
 from taskboard.boardtest import BoardContract
 from taskboard.hosts.postgres import PostgresBoard
+from tests.servers import NEMESIS_MACHINE, NEMESIS_PARALLEL, PostgresServer
 
 
 @pytest.fixture
@@ -78,6 +80,41 @@ class TestPostgresBoardContract(BoardContract):
 
     def open_client(self, board: PostgresBoard) -> PostgresBoard:
         return board.open_client()
+
+
+@pytest.mark.nemesis
+@pytest.mark.slow
+class TestPostgresNemesisContract(BoardContract):
+    """PostgresBoard with the server restarted (``TASKBOARD_POSTGRES_RESTART``: ``pg_ctl
+    restart -m immediate``) and the board's connections terminated (``pg_terminate_backend``)
+    now and then (SPEC 9): it loses nothing it committed, and reconnects by itself."""
+
+    clock_resolution = PostgresBoard.clock_resolution
+    expired_lease_policy = PostgresBoard.expired_lease_policy
+    machine_settings = NEMESIS_MACHINE
+    parallel_settings = NEMESIS_PARALLEL
+    tolerate_faults = (psycopg.OperationalError,)
+    durable = True
+
+    @pytest.fixture(autouse=True)
+    def _server(self, restartable_postgres: PostgresServer) -> None:
+        self.server = restartable_postgres
+
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+        return PostgresBoard(tasks, clock, self.server.url)
+
+    def close_board(self, board: Board) -> None:
+        assert isinstance(board, PostgresBoard)
+        board.close()
+
+    def open_client(self, board: PostgresBoard) -> PostgresBoard:
+        return board.open_client()
+
+    def restart_storage(self, board: PostgresBoard) -> None:
+        self.server.restart()
+
+    def drop_connections(self, board: PostgresBoard) -> None:
+        self.server.drop_connections(board.board_id)
 
 
 # -- PostgresBoard ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import select
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -156,6 +157,21 @@ class PostgresBoard:
     opens one, and gives it back after; up to ``connections`` (at least two)
     stay open between calls. Do not carry a board across ``fork``; open a new
     one in the child.
+
+    Restarts and lost connections (SPEC 9): everything the board acknowledged
+    was committed, so it survives a server restart (``pg_ctl restart -m
+    immediate`` included) as PostgreSQL's own durability allows. The board
+    reconnects by itself: the call that meets a connection the server ended (a
+    restart, ``pg_terminate_backend``) raises ``psycopg.OperationalError``, an
+    infrastructure fault whose transaction committed or not, as PostgreSQL
+    decided; that connection is closed, never given back, and the idle ones are
+    closed with it (they most likely died in the same event), so the next call
+    opens a new connection and works. The board does not probe idle connections
+    before a call: whether a call meets a dead one then depends only on what
+    happened to the server, not on when its notice arrived, so a test run
+    replays alike. The connections carry ``application_name =
+    "taskboard:<board_id>"``, so an operator can find them in
+    ``pg_stat_activity`` (and end them).
 
     Text: PostgreSQL ``text`` cannot hold the NUL character. A task id with
     one is ``NotFoundError`` (no task can have it), a token with one is
@@ -316,7 +332,9 @@ class PostgresBoard:
         """Delete the board's rows (see ``delete_on_close``) and close its connections;
         idempotent. Any later operation raises ``RuntimeError``.
 
-        Connections in use by calls still running are closed as those calls return.
+        Connections in use by calls still running are closed as those calls return. The
+        delete runs on a live connection: an idle one the server ended is not used, and
+        one that breaks during the delete is replaced once (deleting twice is deleting).
         """
         with self._lock:
             if self._closed:
@@ -325,17 +343,25 @@ class PostgresBoard:
             idle, self._idle = self._idle, []
         try:
             if self.delete_on_close:
-                if not idle:
+                live = [conn for conn in idle if _alive(conn)]
+                if not live:
                     idle.append(self._open())
-                conn = idle[0]
-                with conn.transaction():
-                    # The leases go with their tasks (ON DELETE CASCADE).
-                    conn.execute(
-                        "DELETE FROM taskboard_tasks WHERE board_id = %s", (self.board_id,)
-                    )
+                    live = idle[-1:]
+                try:
+                    self._delete_rows(live[0])
+                except psycopg.OperationalError:
+                    if not live[0].closed:
+                        raise
+                    idle.append(self._open())
+                    self._delete_rows(idle[-1])
         finally:
             for conn in idle:
                 conn.close()
+
+    def _delete_rows(self, conn: Connection) -> None:
+        with conn.transaction():
+            # The leases go with their tasks (ON DELETE CASCADE).
+            conn.execute("DELETE FROM taskboard_tasks WHERE board_id = %s", (self.board_id,))
 
     def list_tasks(self) -> list[Task]:
         """Return a consistent snapshot of every task, sorted by id (SPEC 3.7)."""
@@ -561,12 +587,20 @@ class PostgresBoard:
             self._give_back(conn)
 
     def _give_back(self, conn: Connection) -> None:
+        """Keep ``conn`` for the next call if it is idle and healthy; else close it. A broken
+        one (the server ended it) takes the idle ones with it: a restart or a
+        ``pg_terminate_backend`` of the board's backends most likely ended them too."""
         reusable = not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE
+        dead: list[Connection] = []
         with self._lock:
             if reusable and not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append(conn)
                 return
+            if conn.closed:
+                dead, self._idle = self._idle, []
         conn.close()
+        for stale in dead:
+            stale.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
@@ -580,6 +614,24 @@ def _attach(
 ) -> _Board:
     """Unpickle a board: a new client of board ``board_id`` on ``conninfo`` (SPEC 8)."""
     return cls((), clock, conninfo, board_id=board_id, delete_on_close=False)
+
+
+def _alive(conn: Connection) -> bool:
+    """Whether an idle connection may still be used: open, and nothing waiting to be read
+    (:meth:`PostgresBoard.close` picks such a one for its delete).
+
+    Between calls the server sends a connection nothing (the board runs no ``LISTEN``),
+    unless it ends it: ``pg_terminate_backend`` and a shutdown send an error and close
+    the socket, which makes it readable. The check is a ``select`` with no timeout: no
+    round trip. It cannot see a death whose notice has not arrived yet.
+    """
+    if conn.closed:
+        return False
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
 
 
 def _create_schema(conn: Connection) -> None:

@@ -9,6 +9,32 @@ whose methods are coroutines. Both run the same Lua scripts on the same keys,
 so a sync and an async board can even attach to one board. Time comes from an
 injected :class:`~taskboard.Clock`, or with ``clock="server"`` from Redis ``TIME``
 inside each script.
+
+Restarts and lost connections (SPEC 9). A board never re-runs a script by itself: its
+client does not retry (a client given to it that retries is used only for its address,
+see :class:`RedisBoard`), because a script whose reply was lost may already have run, and
+running a claim, renew, release, complete or fail twice is not the same as once. A call
+that meets a dropped connection or a restarting server raises ``redis.ConnectionError``
+(an infrastructure fault: it may or may not have taken effect); the connection is dropped
+and the next call opens a new one, and reloads the scripts (``NOSCRIPT``) after a restart.
+The connections of a board made from a URL are named ``taskboard:<board_id>`` (``CLIENT
+SETNAME``), so an operator can find them in ``CLIENT LIST`` (and kill them: ``CLIENT KILL
+ID``).
+
+What survives a restart is the server's business: with ``appendonly yes`` and
+``appendfsync always`` every acknowledged script is on disk before its reply, and the board
+is durable. Without persistence (``--save '' --appendonly no``) a restart loses every key,
+the history of issued fences (``issued``) included, so counting fences from it would issue
+fence 1 again. ``fences="time"`` is for such a server: each claim's fence is ``max(greatest
+fence issued + 1, Redis TIME in microseconds)``, computed in the claim script, so a fence
+issued after the server lost everything is still greater than every fence issued before
+it, as long as the server's clock does not step back across the restart and more than a
+microsecond of real time passes per claim of one task (a restart takes milliseconds; a
+claim, a round trip). Such fences are about 1.7e15, below 2**53, so they stay exact even as
+Lua numbers (the scripts keep them as decimal strings anyway). Tokens are 128 random bits,
+so they never repeat either. Tasks are another matter: a board whose keys are gone lists
+no tasks; its application re-creates it, e.g. by constructing the board again with its
+initial tasks and its ``board_id`` (the constructor inserts the tasks the board lacks).
 """
 
 from __future__ import annotations
@@ -36,6 +62,9 @@ from taskboard._errors import (
 try:
     import redis
     import redis.asyncio
+    import redis.asyncio.retry
+    import redis.retry
+    from redis.backoff import NoBackoff
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "taskboard.hosts.redis needs redis-py: pip install 'taskboard-contract[redis]'"
@@ -50,6 +79,12 @@ _BOARD_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 #: How many fresh tokens a claim draws before giving up (a repeat of a 128-bit random
 #: token means a broken random source, not bad luck).
 _MINT_ATTEMPTS = 8
+
+#: How claims number their fences (see the module docstring): ``"counter"``, one above the
+#: greatest fence the board issued; ``"time"``, also at least the server's ``TIME`` in
+#: microseconds, so that fences never repeat on a server that lost every key.
+Fences = Literal["counter", "time"]
+_FENCES: tuple[str, ...] = ("counter", "time")
 
 #: Where a board's client connects: the ``redis://`` URL it was made from, or the
 #: connection class and settings of the client object it was given (SPEC 8: how
@@ -87,6 +122,11 @@ _COLUMNS = (
     "tokens",  # set: every token ever issued by this board, for any task; never pruned
 )
 
+#: The line of :data:`_PRELUDE` that picks the fence scheme: a board with ``fences="time"``
+#: registers every script with :data:`_TIME_FENCES` in its place.
+_COUNTER_FENCES = "local TIME_FENCES = false  -- fences='counter'"
+_TIME_FENCES = "local TIME_FENCES = true  -- fences='time'"
+
 # Shared by every script: key names, exact integer comparison, liveness, a task's row and
 # the holder checks of renew/release/complete/fail. Integers (until, fence, seq) stay
 # decimal strings in Lua: Lua numbers are doubles, exact only up to 2**53, and
@@ -94,6 +134,7 @@ _COLUMNS = (
 _PRELUDE = """
 local STATE, TITLE, DEPS, OWNER, TOKEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local FENCE, UNTIL, SEQ, ISSUED, TOKENS = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local TIME_FENCES = false  -- fences='counter'
 
 -- a < b for canonical decimal integers (an optional '-', no leading zeros), exact at any size
 local function less(a, b)
@@ -142,6 +183,28 @@ local function set_until(id, until_)
   else
     redis.call('HSET', UNTIL, id, until_)
   end
+end
+
+-- now: Redis TIME as microseconds since the epoch, a canonical decimal string
+local function server_now()
+  local t = redis.call('TIME')
+  return t[1] .. string.format('%06d', tonumber(t[2]))
+end
+
+-- record the next fence of id as issued: one above the greatest fence issued for it, and
+-- with TIME_FENCES at least the server's TIME in microseconds, so that it is greater than
+-- every fence issued before the server lost its keys (HINCRBY, the counter's write, fails
+-- on a non-integer before anything visible is written)
+local function next_fence(id)
+  if TIME_FENCES then
+    local floor = server_now()
+    local issued = redis.call('HGET', ISSUED, id)
+    if (not issued) or less(issued, floor) then
+      redis.call('HSET', ISSUED, id, floor)
+      return
+    end
+  end
+  redis.call('HINCRBY', ISSUED, id, 1)
 end
 """
 
@@ -196,7 +259,7 @@ end
 if agent == '' then return {'empty_agent'} end
 if redis.call('SISMEMBER', TOKENS, token) == 1 then return {'token_used'} end
 -- Accepted. The first write that can fail (HINCRBY on a non-integer) touches no visible field.
-redis.call('HINCRBY', ISSUED, id, 1)
+next_fence(id)
 redis.call('HINCRBY', SEQ, id, 1)
 redis.call('SADD', TOKENS, token)
 redis.call('HSET', STATE, id, 'claimed')
@@ -256,12 +319,6 @@ local id, token, now, new_state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]"""
 # integer microseconds ("" = no expiry) and the script adds it to now as decimal strings,
 # exactly, so the until it stores (and returns) is exactly now + ttl.
 _SERVER_CLOCK = """
--- now: Redis TIME as microseconds since the epoch, a canonical decimal string
-local function server_now()
-  local t = redis.call('TIME')
-  return t[1] .. string.format('%06d', tonumber(t[2]))
-end
-
 -- a + b for canonical non-negative decimal integers, exact at any size
 local function add(a, b)
   local digits, carry, i, j = {}, 0, #a, #b
@@ -348,10 +405,15 @@ class _Core:
         clock: Clock | Literal["server"],
         board_id: str | None,
         delete_on_close: bool | None,
+        fences: Fences = "counter",
     ) -> None:
         if isinstance(clock, str) and clock != "server":
             raise ValueError(
                 f"{type(self).__name__}: clock must be a Clock or 'server', got {clock!r}"
+            )
+        if fences not in _FENCES:
+            raise ValueError(
+                f"{type(self).__name__}: fences must be 'counter' or 'time', got {fences!r}"
             )
         initial = list(tasks)
         seen: set[str] = set()
@@ -365,6 +427,8 @@ class _Core:
                 "from A-Z, a-z, 0-9, '_', '.', '-'"
             )
         self._clock = clock
+        #: How claims number fences: ``"counter"`` or ``"time"`` (see the module docstring).
+        self.fences: Fences = fences
         self.board_id = secrets.token_hex(16) if board_id is None else board_id
         #: Delete the board's keys at close: by default, only if this instance created them.
         self.delete_on_close = board_id is None if delete_on_close is None else delete_on_close
@@ -378,12 +442,32 @@ class _Core:
     def __reduce__(self) -> tuple[object, ...]:
         """Pickle as the board's address: unpickling opens a new client of the same board
         (SPEC 8), as ``open_client`` does."""
-        return (_attach, (type(self), self._address, self._clock, self.board_id))
+        return (_attach, (type(self), self._address, self._clock, self.board_id, (), self.fences))
 
     @classmethod
-    def _client_of(cls, address: _Address, clock: Clock | Literal["server"], board_id: str) -> Self:
+    def _client_of(
+        cls,
+        address: _Address,
+        clock: Clock | Literal["server"],
+        board_id: str,
+        fences: Fences = "counter",
+    ) -> Self:
         """A new board with a new client of its own on ``address``, attached to ``board_id``."""
         raise NotImplementedError
+
+    @staticmethod
+    def _fence_options(fences: Fences) -> dict[str, Any]:
+        """The constructor's ``fences`` argument, given only when not the default (a subclass
+        with a constructor of its own may not take it)."""
+        return {} if fences == "counter" else {"fences": fences}
+
+    def _registered_sources(self) -> dict[str, str]:
+        """The Lua source of each script this board registers: :attr:`_sources`, with the
+        fence scheme switched to ``"time"`` if the board was made so."""
+        sources = self._sources
+        if self.fences == "counter":
+            return sources
+        return {name: _switched(source) for name, source in sources.items()}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(board_id={self.board_id!r}, clock={self._clock!r})"
@@ -453,6 +537,24 @@ class RedisBoard(_Core):
     128 random bits from :mod:`secrets`, drawn anew if already issued; nothing
     about them derives from the agent or the task.
 
+    Fences: by default (``fences="counter"``) a claim's fence is one above
+    ``issued``, the greatest fence issued for the task. On a server that may lose
+    its keys (no persistence, or a failover to a replica that lags) pass
+    ``fences="time"``: the fence is then ``max(issued + 1, Redis TIME in
+    microseconds)``, so fences never repeat even after ``issued`` is lost (read
+    the module docstring for the argument and its assumptions). ``TIME`` is
+    read for that alone: the board's time, for leases, still comes from
+    ``clock``.
+
+    Restarts and lost connections (SPEC 9): a call that meets a dropped
+    connection or a server restart raises ``redis.ConnectionError`` (it may or
+    may not have taken effect), and the next call reconnects. The board never
+    retries a script (see the module docstring): it makes its client from a URL
+    with retries off, and its connections are named ``taskboard:<board_id>``;
+    given a client whose connections retry (``redis.Redis(host=...)`` retries by
+    default), it leaves that client alone and opens one of its own with the
+    same settings and retries off, which it closes at :meth:`close`.
+
     Sharing: each new board gets a random ``board_id``, so boards on one server
     are isolated. Passing an existing ``board_id`` attaches to that board: the
     constructor inserts only the tasks it does not hold yet, in one script, so
@@ -490,16 +592,21 @@ class RedisBoard(_Core):
             wall-clock mode (SPEC section 7), e.g. from a ``make_board(tasks,
             clock)`` that ignores the ``SystemClock`` it is given.
         url_or_client: a ``redis://`` URL (the board makes a client and closes
-            it at :meth:`close`) or a ``redis.Redis`` client (left open).
+            it at :meth:`close`) or a ``redis.Redis`` client (left open; used as
+            is unless its connections retry, see above).
         board_id: attach to this board instead of making a new one
             (1-128 characters from ``A-Za-z0-9_.-``).
         delete_on_close: delete the board's keys at :meth:`close`; by default
             only when this instance made the board (``board_id`` not given),
             so one process leaving does not pull the board from under others.
+        fences: ``"counter"`` (default) or ``"time"``, for a server that may
+            lose its keys (see above). Clients opened from the board, and
+            unpickled copies, number fences the same way.
 
     Raises:
-        ValueError: two initial tasks share an id, ``board_id`` is malformed, or
-            ``clock`` is a string other than ``"server"``.
+        ValueError: two initial tasks share an id, ``board_id`` is malformed,
+            ``clock`` is a string other than ``"server"``, or ``fences`` is
+            neither ``"counter"`` nor ``"time"``.
         redis.RedisError: the server could not be reached or refused a command.
     """
 
@@ -511,24 +618,29 @@ class RedisBoard(_Core):
         *,
         board_id: str | None = None,
         delete_on_close: bool | None = None,
+        fences: Fences = "counter",
     ) -> None:
-        super().__init__(tasks, clock, board_id, delete_on_close)
+        super().__init__(tasks, clock, board_id, delete_on_close, fences)
         self._lock = threading.Lock()
-        self._owns_client = isinstance(url_or_client, str)
-        self._client = (
-            redis.Redis.from_url(url_or_client) if isinstance(url_or_client, str) else url_or_client
-        )
-        self._address = (
-            url_or_client
-            if isinstance(url_or_client, str)
-            else _settings(self._client.connection_pool)
-        )
+        self._client: redis.Redis
+        if isinstance(url_or_client, str):
+            self._address = url_or_client
+            self._client = redis.Redis.from_url(
+                url_or_client, **_url_options(self.board_id, redis.retry.Retry)
+            )
+            self._owns_client = True
+        else:
+            self._address = _settings(url_or_client.connection_pool)
+            self._owns_client = _may_retry(url_or_client.connection_pool)
+            # A client that retries could run a script twice: the board opens its own.
+            self._client = _sync_client(self._address) if self._owns_client else url_or_client
         try:
             self._scripts = {
-                name: self._client.register_script(source) for name, source in self._sources.items()
+                name: self._client.register_script(source)
+                for name, source in self._registered_sources().items()
             }
             if self._initial_args:
-                self._scripts["insert"](keys=self.keys, args=self._initial_args)
+                self._run("insert", self._initial_args)
         except BaseException:
             if self._owns_client:
                 self._client.close()
@@ -548,20 +660,24 @@ class RedisBoard(_Core):
     def open_client(self) -> Self:
         """Another client of this board (SPEC 8), as another process would open it: a new
         board with a new client (its own connection pool) on the same address, attached
-        to the same ``board_id``, ``delete_on_close=False``, the same clock. Closing it
-        closes only its own client."""
-        return self._client_of(self._address, self._clock, self.board_id)
+        to the same ``board_id``, ``delete_on_close=False``, the same clock and fences.
+        Closing it closes only its own client."""
+        return self._client_of(self._address, self._clock, self.board_id, self.fences)
 
     @classmethod
-    def _client_of(cls, address: _Address, clock: Clock | Literal["server"], board_id: str) -> Self:
+    def _client_of(
+        cls,
+        address: _Address,
+        clock: Clock | Literal["server"],
+        board_id: str,
+        fences: Fences = "counter",
+    ) -> Self:
+        options = cls._fence_options(fences)
         if isinstance(address, str):
-            return cls((), clock, address, board_id=board_id, delete_on_close=False)
-        connection_class, settings = address
-        client = redis.Redis.from_pool(
-            redis.ConnectionPool(connection_class=connection_class, **settings)
-        )
+            return cls((), clock, address, board_id=board_id, delete_on_close=False, **options)
+        client = _sync_client(address)
         try:
-            board = cls((), clock, client, board_id=board_id, delete_on_close=False)
+            board = cls((), clock, client, board_id=board_id, delete_on_close=False, **options)
         except BaseException:
             client.close()
             raise
@@ -577,14 +693,26 @@ class RedisBoard(_Core):
             self._closed = True
         try:
             if self.delete_on_close:
-                self._client.delete(*self.keys)
+                try:
+                    self._client.delete(*self.keys)
+                except redis.ConnectionError:
+                    # The server ended the connection (a restart, CLIENT KILL); DEL is
+                    # idempotent, so once more, on a fresh one.
+                    self._client.connection_pool.disconnect(inuse_connections=False)
+                    self._client.delete(*self.keys)
         finally:
             if self._owns_client:
                 self._client.close()
 
     def _run(self, name: str, args: Sequence[str]) -> Any:
         self._check_open()
-        return self._scripts[name](keys=self.keys, args=args)
+        try:
+            return self._scripts[name](keys=self.keys, args=args)
+        except (redis.ConnectionError, redis.TimeoutError):
+            # The server restarted or killed connections: the pool's idle ones are likely
+            # dead too. Drop them, so that the next call opens a fresh one.
+            self._client.connection_pool.disconnect(inuse_connections=False)
+            raise
 
     def list_tasks(self) -> list[Task]:
         """Return a consistent snapshot of every task, sorted by id (SPEC 3.7)."""
@@ -675,6 +803,13 @@ class AsyncRedisBoard(_Core):
     Concurrent coroutines interleave only between scripts, never inside one, so
     every operation is as atomic as on :class:`RedisBoard`.
 
+    Lost connections: ``redis.asyncio`` checks an idle connection before using it
+    only as far as its event loop has noticed the end of the stream, so the first
+    call after a server restart or a ``CLIENT KILL`` usually raises
+    ``redis.ConnectionError`` (its script never reached the server: the
+    connection was dead before it was sent); the board then drops its idle
+    connections, and the next call connects afresh.
+
     Close with ``await board.aclose()`` (``close`` is the same coroutine) or
     ``async with``; it deletes the board's keys (see ``delete_on_close``) and
     closes the client if the board made it; idempotent.
@@ -687,16 +822,18 @@ class AsyncRedisBoard(_Core):
     client with ``await client.aclose()``; that closes only its own client.
 
     Args:
-        tasks, board_id, delete_on_close: as for :class:`RedisBoard`.
+        tasks, board_id, delete_on_close, fences: as for :class:`RedisBoard`.
         clock: as for :class:`RedisBoard`: a :class:`~taskboard.Clock`, or
             ``"server"`` for Redis ``TIME`` read inside each script (no Python
             clock is read then; test such a board in wall-clock mode, SPEC 7).
         url_or_client: a ``redis://`` URL (the board makes a client and closes
-            it at :meth:`aclose`) or a ``redis.asyncio.Redis`` client (left open).
+            it at :meth:`aclose`) or a ``redis.asyncio.Redis`` client (left open;
+            used as is unless its connections retry, as for :class:`RedisBoard`).
 
     Raises:
-        ValueError: two initial tasks share an id, ``board_id`` is malformed, or
-            ``clock`` is a string other than ``"server"``.
+        ValueError: two initial tasks share an id, ``board_id`` is malformed,
+            ``clock`` is a string other than ``"server"``, or ``fences`` is
+            neither ``"counter"`` nor ``"time"``.
     """
 
     def __init__(
@@ -707,21 +844,24 @@ class AsyncRedisBoard(_Core):
         *,
         board_id: str | None = None,
         delete_on_close: bool | None = None,
+        fences: Fences = "counter",
     ) -> None:
-        super().__init__(tasks, clock, board_id, delete_on_close)
-        self._owns_client = isinstance(url_or_client, str)
-        self._client = (
-            redis.asyncio.Redis.from_url(url_or_client)
-            if isinstance(url_or_client, str)
-            else url_or_client
-        )
-        self._address = (
-            url_or_client
-            if isinstance(url_or_client, str)
-            else _settings(self._client.connection_pool)
-        )
+        super().__init__(tasks, clock, board_id, delete_on_close, fences)
+        self._client: redis.asyncio.Redis
+        if isinstance(url_or_client, str):
+            self._address = url_or_client
+            self._client = redis.asyncio.Redis.from_url(
+                url_or_client, **_url_options(self.board_id, redis.asyncio.retry.Retry)
+            )
+            self._owns_client = True
+        else:
+            self._address = _settings(url_or_client.connection_pool)
+            self._owns_client = _may_retry(url_or_client.connection_pool)
+            # A client that retries could run a script twice: the board opens its own.
+            self._client = _async_client(self._address) if self._owns_client else url_or_client
         self._scripts = {
-            name: self._client.register_script(source) for name, source in self._sources.items()
+            name: self._client.register_script(source)
+            for name, source in self._registered_sources().items()
         }
         self._ready = not self._initial_args
         self._ready_lock = asyncio.Lock()  # binds to the loop on first contended use
@@ -735,6 +875,7 @@ class AsyncRedisBoard(_Core):
         *,
         board_id: str | None = None,
         delete_on_close: bool | None = None,
+        fences: Fences = "counter",
     ) -> Self:
         """Make the board and insert its initial tasks now (see the class docstring).
 
@@ -742,7 +883,14 @@ class AsyncRedisBoard(_Core):
             ValueError: as the constructor.
             redis.RedisError: the server could not be reached or refused a command.
         """
-        board = cls(tasks, clock, url_or_client, board_id=board_id, delete_on_close=delete_on_close)
+        board = cls(
+            tasks,
+            clock,
+            url_or_client,
+            board_id=board_id,
+            delete_on_close=delete_on_close,
+            **cls._fence_options(fences),
+        )
         try:
             await board._ensure_ready()
         except BaseException:
@@ -760,7 +908,7 @@ class AsyncRedisBoard(_Core):
 
         A client opened before this board's first command also carries its initial tasks,
         so that it sees them whichever of the two reaches the server first."""
-        client = self._client_of(self._address, self._clock, self.board_id)
+        client = self._client_of(self._address, self._clock, self.board_id, self.fences)
         return client._inserting(self._pending())
 
     def __reduce__(self) -> tuple[object, ...]:
@@ -768,7 +916,7 @@ class AsyncRedisBoard(_Core):
         unpickling opens a new client of the same board, as :meth:`open_client` does."""
         return (
             _attach,
-            (type(self), self._address, self._clock, self.board_id, self._pending()),
+            (type(self), self._address, self._clock, self.board_id, self._pending(), self.fences),
         )
 
     def _pending(self) -> tuple[str, ...]:
@@ -783,14 +931,18 @@ class AsyncRedisBoard(_Core):
         return self
 
     @classmethod
-    def _client_of(cls, address: _Address, clock: Clock | Literal["server"], board_id: str) -> Self:
+    def _client_of(
+        cls,
+        address: _Address,
+        clock: Clock | Literal["server"],
+        board_id: str,
+        fences: Fences = "counter",
+    ) -> Self:
+        options = cls._fence_options(fences)
         if isinstance(address, str):
-            return cls((), clock, address, board_id=board_id, delete_on_close=False)
-        connection_class, settings = address
-        client = redis.asyncio.Redis.from_pool(
-            redis.asyncio.ConnectionPool(connection_class=connection_class, **settings)
-        )
-        board = cls((), clock, client, board_id=board_id, delete_on_close=False)
+            return cls((), clock, address, board_id=board_id, delete_on_close=False, **options)
+        client = _async_client(address)
+        board = cls((), clock, client, board_id=board_id, delete_on_close=False, **options)
         board._owns_client = True  # made here: closed with the board
         return board
 
@@ -814,7 +966,13 @@ class AsyncRedisBoard(_Core):
         self._closed = True
         try:
             if self.delete_on_close:
-                await self._client.delete(*self.keys)
+                try:
+                    await self._client.delete(*self.keys)
+                except redis.ConnectionError:
+                    # The server ended the connection (a restart, CLIENT KILL); DEL is
+                    # idempotent, so once more, on a fresh one.
+                    await self._client.connection_pool.disconnect(inuse_connections=False)
+                    await self._client.delete(*self.keys)
         finally:
             if self._owns_client:
                 await self._client.aclose()
@@ -829,13 +987,23 @@ class AsyncRedisBoard(_Core):
         async with self._ready_lock:
             if not self._ready:
                 self._check_open()
-                await self._scripts["insert"](keys=self.keys, args=self._initial_args)
+                await self._script("insert", self._initial_args)
                 self._ready = True
 
     async def _run(self, name: str, args: Sequence[str]) -> Any:
         await self._ensure_ready()
         self._check_open()
-        return await self._scripts[name](keys=self.keys, args=args)
+        return await self._script(name, args)
+
+    async def _script(self, name: str, args: Sequence[str]) -> Any:
+        try:
+            return await self._scripts[name](keys=self.keys, args=args)
+        except (redis.ConnectionError, redis.TimeoutError):
+            # The server restarted or killed connections: the pool's idle ones are likely
+            # dead too (redis.asyncio does not check them before use). Drop them, so that
+            # the next call opens a fresh one.
+            await self._client.connection_pool.disconnect(inuse_connections=False)
+            raise
 
     async def list_tasks(self) -> list[Task]:
         """Return a consistent snapshot of every task, sorted by id (SPEC 3.7)."""
@@ -894,16 +1062,78 @@ def _settings(pool: Any) -> tuple[type[Any], dict[str, Any]]:
     }
 
 
+def _url_options(board_id: str, retry: type[Any]) -> dict[str, Any]:
+    """What a board adds to a URL's settings: no retries (see :func:`_may_retry`), and its
+    connections named after the board (a ``client_name`` in the URL wins)."""
+    return {"retry": retry(NoBackoff(), 0), "client_name": f"taskboard:{board_id}"}
+
+
+def _may_retry(pool: Any) -> bool:
+    """Whether the connections of ``pool`` retry a command that failed on a lost connection.
+
+    A retried script may already have run, its reply lost with the connection: a claim run
+    twice is a ``TakenError`` to a caller whose claim succeeded, a release run twice a
+    ``LeaseLostError``, a renew run twice grows ``seq`` twice. This reads the settings as a
+    redis-py connection does: an explicit ``retry``'s count, else one retry if
+    ``retry_on_error`` or ``retry_on_timeout`` is set.
+    """
+    kwargs = pool.connection_kwargs
+    retry = kwargs.get("retry")
+    if retry is not None:
+        return bool(retry.get_retries())
+    errors = kwargs.get("retry_on_error")
+    if kwargs.get("retry_on_timeout"):
+        return True
+    return isinstance(errors, list | tuple) and bool(errors)
+
+
+def _without_retries(settings: dict[str, Any], retry: type[Any]) -> dict[str, Any]:
+    """``settings`` with retries off (a ``retry`` of ``retry`` class that retries nothing)."""
+    kept = {k: v for k, v in settings.items() if k not in ("retry_on_error", "retry_on_timeout")}
+    return {**kept, "retry": retry(NoBackoff(), 0)}
+
+
+def _sync_client(address: tuple[type[Any], dict[str, Any]]) -> redis.Redis:
+    """A new ``redis.Redis`` client, with a pool of its own, on ``address``; no retries."""
+    connection_class, settings = address
+    return redis.Redis.from_pool(
+        redis.ConnectionPool(
+            connection_class=connection_class,
+            **_without_retries(settings, redis.retry.Retry),
+        )
+    )
+
+
+def _async_client(address: tuple[type[Any], dict[str, Any]]) -> redis.asyncio.Redis:
+    """A new ``redis.asyncio.Redis`` client, with a pool of its own, on ``address``; no
+    retries."""
+    connection_class, settings = address
+    return redis.asyncio.Redis.from_pool(
+        redis.asyncio.ConnectionPool(
+            connection_class=connection_class,
+            **_without_retries(settings, redis.asyncio.retry.Retry),
+        )
+    )
+
+
+def _switched(source: str) -> str:
+    """A script's source with the time fence scheme on (see :data:`_COUNTER_FENCES`)."""
+    if source.count(_COUNTER_FENCES) != 1:
+        raise AssertionError("a taskboard script lacks the fence scheme line of the prelude")
+    return source.replace(_COUNTER_FENCES, _TIME_FENCES)
+
+
 def _attach(
     cls: type[_Core],
     address: _Address,
     clock: Clock | Literal["server"],
     board_id: str,
     pending: Sequence[str] = (),
+    fences: Fences = "counter",
 ) -> _Core:
     """Unpickle a board: a new client of board ``board_id`` at ``address`` (SPEC 8), which
     inserts the ``pending`` initial tasks of a lazy board that never reached the server."""
-    client = cls._client_of(address, clock, board_id)
+    client = cls._client_of(address, clock, board_id, fences)
     return client._inserting(pending) if isinstance(client, AsyncRedisBoard) else client
 
 

@@ -96,6 +96,14 @@ class SQLiteBoard:
     the board keeps a single connection and serialises threads with a lock.
     Do not carry a board across ``fork``; open a new one in the child.
 
+    Restarts (SPEC 9): a board on a file is restarted by closing it (every
+    connection) and constructing a new one on the same path with the same
+    initial tasks. The constructor creates the tables only if missing and
+    inserts only the tasks the file lacks, so nothing is reset: states, leases,
+    ``seq`` and the fence history all stay, and the next fence is still greater.
+    Every acknowledged operation was committed, and SQLite's default
+    ``synchronous=FULL`` has it on disk before the commit returns.
+
     Clients (SPEC 8): the board is reached by its address, the database file's
     path. :meth:`open_client` opens another client of the same file, as another
     process would: a new board with connections of its own, attached (it adds
