@@ -4,16 +4,19 @@
 large snapshots by doing per-task work in C where it can (``map``, ``Counter``,
 set operations), keeping few objects the collector has to scan (the graph is
 flat lists of ints, texts are built as strings, each Problem once, in place of
-a row tuple) and finding cycles in linear time without a graph library.
+a row tuple, and the big lists are let go before the many Problems of a large
+cycle set the collector off) and finding cycles in linear time without a graph
+library, each text read off a neighbour's where it can.
 """
 
 from __future__ import annotations
 
 import reprlib
+from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence, Set
-from itertools import accumulate, chain, compress, pairwise, repeat
-from operator import attrgetter, contains, is_not
+from itertools import accumulate, chain, compress, count, islice, pairwise, repeat
+from operator import attrgetter, contains, eq, is_not
 from typing import cast
 
 from taskboard._contract import Code, Lease, Problem, State, Task
@@ -81,18 +84,17 @@ def _fault(item: object) -> str | None:
     return None
 
 
-def _plain(snapshot: list[Task]) -> bool:
+def _plain(snapshot: list[Task], ids: list[str], deps: list[Sequence[str]]) -> bool:
     """True if every item is a Task whose fields have exactly the types ``_fault`` wants.
 
     The common case, checked column by column in C; False sends the caller to
     ``_fault`` item by item (subclasses of those types are fine, just slower).
+    Every item is a plain Task already; ``ids`` and ``deps`` are its columns,
+    which the caller keeps.
     """
-    if set(map(type, snapshot)) - {Task}:
-        return False
-    deps = list(map(_DEPS, snapshot))
     leases = [lease for lease in map(_LEASE, snapshot) if lease is not None]
     return not (
-        set(map(type, map(_ID, snapshot))) - {str}
+        set(map(type, ids)) - {str}
         or set(map(type, deps)) - {tuple, list}
         or set(map(type, chain.from_iterable(deps))) - {str}
         or set(map(type, map(_OWNER, snapshot))) - {str}
@@ -101,8 +103,8 @@ def _plain(snapshot: list[Task]) -> bool:
     )
 
 
-def _read(tasks: object) -> list[Task]:
-    """The tasks as a list; TypeError names the first garbage item."""
+def _read(tasks: object) -> tuple[list[Task], list[str], list[Sequence[str]]]:
+    """The tasks as a list, with their ids and deps; TypeError names the first garbage item."""
     if isinstance(tasks, str | bytes | bytearray | Task):
         raise TypeError(
             f"check() takes an iterable of Task, got a single {type(tasks).__name__}: "
@@ -115,12 +117,16 @@ def _read(tasks: object) -> list[Task]:
             f"check() takes an iterable of Task, got {type(tasks).__name__}: {_show(tasks)}"
         ) from None
     snapshot = cast("list[Task]", list(items))
-    if not _plain(snapshot):
-        for index, item in enumerate(snapshot):
-            fault = _fault(item)
-            if fault is not None:
-                raise TypeError(f"check(): tasks[{index}] {fault}; the item: {_show(item)}")
-    return snapshot
+    if not set(map(type, snapshot)) - {Task}:
+        ids: list[str] = list(map(_ID, snapshot))
+        deps: list[Sequence[str]] = list(map(_DEPS, snapshot))
+        if _plain(snapshot, ids, deps):
+            return snapshot, ids, deps
+    for index, item in enumerate(snapshot):
+        fault = _fault(item)
+        if fault is not None:
+            raise TypeError(f"check(): tasks[{index}] {fault}; the item: {_show(item)}")
+    return snapshot, list(map(_ID, snapshot)), list(map(_DEPS, snapshot))
 
 
 def _state(value: object) -> State | None:
@@ -199,6 +205,13 @@ def _cycles(
     finished tasks (path compression), and only the first ``limit`` tasks of a
     cycle are listed, so the whole is near-linear however long the cycles are.
 
+    A task whose way starts with a child ``c`` (down the tree, or the first
+    child of a component) has ``c``'s cycle, rotated: the same tasks after the
+    first step, ``c``'s ending on the task itself, as the descent back to ``c``
+    passes its parent. So its list is its own name, then ``c``'s list less the
+    last name, built from ``c``'s text; only the tasks that are their own
+    witness walk their way.
+
     Returns:
         The components of two or more tasks, one after another in ``members``,
         the ``k``-th being ``members[bounds[k] : bounds[k + 1]]``; and for each
@@ -206,110 +219,139 @@ def _cycles(
         ``limit`` tasks joined by ``" -> "``, then the first name again if that
         was all of them, else ``" -> ... (N tasks)"`` (None for other tasks).
     """
+    # What the search keeps per task is kept by place in preorder (the preorder number), not by
+    # task, but for ``order`` itself and ``out``: the tasks a step touches (parent, child, path)
+    # then lie near each other in memory, which on a large graph of scattered tasks matters as
+    # much as the steps themselves. A lowpoint is a place, so it also names the task that the
+    # witness edge lands on.
     size = len(starts) - 1
-    order = [-1] * size  # preorder number; -1 until visited, ``size`` once its component is done
+    order = [-1] * size  # by task: its place; -1 until visited, ``size`` once its component is done
+    task = [0] * size  # the task at the place
+    named = [""] * size  # its name
     low = [0] * size  # the lowpoint
     down = [-1] * size  # the child toward the witness, or -1: the task is the witness
-    jump = [0] * size  # where the witness edge of the task's leg lands
     leg = [0] * size  # tasks on the leg from the task down to its witness
     link = [0] * size  # union-find over finished tasks: a later leg's start ...
     summed = [0] * size  # ... and the tasks on the legs before it
     lengths = [0] * size  # the length of the task's cycle
     depth = [-1] * size  # position on ``path`` while on it, else -1
     child_in = [-1] * size  # the first child to finish inside the same component
-    cursor = list(starts[:size])  # the next edge to follow
-    stack: list[int] = []
+    texts = [""] * size  # the text of its cycle
+    stack: list[int] = []  # Tarjan's, by place: increasing, so a component is found by bisection
     members: list[int] = []
     bounds = [0]
     out: list[str | None] = [None] * size
+    # A list of one name has no cut before its last, and a name holding " -> " itself would
+    # make that cut ambiguous: then every task walks its way.
+    rotate = limit > 1 and not any(map(contains, names, repeat(" -> ")))
+    tails: dict[int, str] = {}  # " -> ... (N tasks)" by N: many cycles share a length
+    # What is left to do, last first: a dependency to look at, or -1 to finish the task on
+    # top of ``path``. A task's dependencies go on at once (in C, from the edges reversed),
+    # so that they are looked at in order.
+    backward = targets[::-1]
+    total = len(targets)
+    work: list[int] = []
     count = 0
     for root in range(size):
         if order[root] >= 0:
             continue
-        order[root] = low[root] = count
-        count += 1
-        depth[root] = 0
-        stack.append(root)
-        path = [root]
-        while path:
-            node = path[-1]
-            for edge in range(cursor[node], starts[node + 1]):
-                dep = targets[edge]
+        work.append(root)
+        path: list[int] = []
+        node = top = -1
+        while work:
+            dep = work.pop()
+            if dep >= 0:
                 seen = order[dep]
                 if seen < 0:
-                    cursor[node] = edge + 1
-                    order[dep] = low[dep] = count
+                    order[dep] = low[count] = node = count
+                    task[count] = dep
+                    named[count] = names[dep]
+                    top += 1
+                    depth[count] = top
+                    path.append(count)
+                    stack.append(count)
                     count += 1
-                    depth[dep] = len(path)
-                    path.append(dep)
-                    stack.append(dep)
-                    break
-                if seen < low[node]:  # (never so for a task of a component done before)
+                    work.append(-1)
+                    work += backward[total - starts[dep + 1] : total - starts[dep]]
+                elif seen < low[node]:  # (never so for a task of a component done before)
                     low[node] = seen
                     down[node] = -1
-                    jump[node] = dep
-            else:
-                top = len(path) - 1
-                first: list[int] = []
-                if low[node] < order[node]:  # not the first of its component: it has a way
-                    child = down[node]
-                    leg[node] = 1 if child < 0 else leg[child] + 1
-                    land = jump[node]
-                    between = 0
-                    if depth[land] < 0:  # a finished task: on through the links to an ancestor
-                        trail = []
-                        while depth[land] < 0:
-                            trail.append(land)
-                            land = link[land]
-                        for passed in reversed(trail):  # compress: each points at ``land`` now
-                            between += summed[passed]
-                            summed[passed] = between
-                            link[passed] = land
-                    lengths[node] = length = leg[node] + between + top - depth[land]
-                    link[node] = jump[node]
-                    summed[node] = leg[node]
-                    parent = path[-2]
-                    if child_in[parent] < 0:
-                        child_in[parent] = node
-                    at = node
-                else:  # the first task of its component: pop the component off
-                    mark = len(stack) - 1
-                    while stack[mark] != node:
-                        mark -= 1
-                    if mark < len(stack) - 1:
-                        members += stack[mark:]
-                        bounds.append(len(members))
-                    for done in stack[mark:]:
-                        order[done] = size
-                    del stack[mark:]
-                    at = child_in[node]
-                    if at >= 0:  # the way of that child, which ends with the jump back here
-                        lengths[node] = length = lengths[at]
-                        first.append(node)
-                if at >= 0:  # list the cycle: down each leg and jump, until back on ``path``
+                continue
+            lowest = low[node]
+            child = down[node]
+            if lowest < node:  # not the first of its component: it has a way
+                steps = leg[node] = 1 if child < 0 else leg[child] + 1
+                land = lowest
+                above = depth[land]
+                between = 0
+                if above < 0:  # a finished task: on through the links to an ancestor
+                    trail = []
+                    while above < 0:
+                        trail.append(land)
+                        land = link[land]
+                        above = depth[land]
+                    for passed in reversed(trail):  # compress: each points at ``land`` now
+                        between += summed[passed]
+                        summed[passed] = between
+                        link[passed] = land
+                lengths[node] = length = steps + between + top - above
+                link[node] = lowest
+                summed[node] = steps
+                parent = path[-2]
+                if child_in[parent] < 0:
+                    child_in[parent] = node
+            else:  # the first task of its component: pop the component off
+                mark = bisect_left(stack, node)
+                if mark < len(stack) - 1:
+                    members += map(task.__getitem__, stack[mark:])
+                    bounds.append(len(members))
+                for done in stack[mark:]:
+                    order[task[done]] = size
+                del stack[mark:]
+                child = child_in[node]  # its way is that child's, which ends with the jump back
+                if child >= 0:
+                    lengths[node] = length = lengths[child]
+            if child >= 0 or lowest < node:  # on a cycle
+                if length <= limit:  # listed whole: it ends on the task's own name
+                    tail = ""
+                elif length in tails:
+                    tail = tails[length]
+                else:
+                    tail = tails[length] = f" -> ... ({length} tasks)"
+                if child >= 0 and rotate:  # the child's cycle, rotated: cut its last name
+                    text = texts[child]
+                    if tail:
+                        cut = text.rfind(" -> ", 0, len(text) - len(tail))
+                        text = f"{named[node]} -> {text[:cut]}{tail}"
+                    else:  # (the child's last name is this task's, so it closes the cycle)
+                        text = f"{named[node]} -> {text[: text.rfind(' -> ')]}"
+                else:  # list it: down each leg and jump, until back on ``path``
+                    first = [node] if child >= 0 else []
+                    at = child if child >= 0 else node
                     while len(first) < limit:
                         first.append(at)
                         step = down[at]
                         if step >= 0:
                             at = step
                             continue
-                        step = jump[at]
+                        step = low[at]
                         above = depth[step]
                         if above >= 0:  # an ancestor: down the tree back to ``node``
                             first += path[above : min(top, above + limit - len(first))]
                             break
                         at = step
-                    out[node] = " -> ".join(map(names.__getitem__, first)) + (
-                        f" -> {names[node]}" if length <= limit else f" -> ... ({length} tasks)"
-                    )
-                depth[node] = -1
-                path.pop()
-                if path:
-                    parent = path[-1]
-                    if low[node] < low[parent]:
-                        low[parent] = low[node]
-                        down[parent] = node
-                        jump[parent] = jump[node]
+                    text = " -> ".join(map(named.__getitem__, first))
+                    text += tail or f" -> {named[node]}"
+                texts[node] = out[task[node]] = text
+            depth[node] = -1
+            path.pop()
+            top -= 1
+            if top >= 0:
+                parent = path[-1]
+                if lowest < low[parent]:
+                    low[parent] = lowest
+                    down[parent] = node
+                node = parent
     return members, bounds, out
 
 
@@ -374,6 +416,9 @@ def _cycle_problems(deps_of: dict[str, Sequence[str]], rest: Set[str]) -> list[P
                 for task in inside:
                     cycle = _shortest_cycle(task, edges)
                     texts[task] = _cycle_words([names[step] for step in cycle], len(cycle))
+    # Let go of the graph before making one Problem per task: the collector, which those set
+    # off, would scan every list still held, item by item.
+    del number, listed, starts, targets, names, members
     return [  # in id order
         Problem(task, Code.DEP_CYCLE, _CYCLE_TEXT + text)
         for task, text in zip(nodes, texts, strict=True)
@@ -385,14 +430,15 @@ def _sort(problems: list[Problem]) -> None:
     """Sort ``problems`` by ``(task, code, text)`` in place, without building a key per item."""
     problems.sort(key=_TASK)
     tasks = list(map(_TASK, problems))
-    if len(set(tasks)) == len(tasks):
-        return
-    start = 0
-    for at in range(1, len(tasks) + 1):
-        if at == len(tasks) or tasks[at] != tasks[start]:
-            if at - start > 1:
-                problems[start:at] = sorted(problems[start:at], key=_CODE_TEXT)
-            start = at
+    # Each run of problems of one task gets sorted by (code, text); the runs are found in C
+    # (where a task equals the one before), as most tasks have a single problem.
+    lower = upper = 0
+    for at in compress(count(1), map(eq, tasks, islice(tasks, 1, None))):
+        if at != upper:
+            problems[lower:upper] = sorted(problems[lower:upper], key=_CODE_TEXT)
+            lower = at - 1
+        upper = at + 1
+    problems[lower:upper] = sorted(problems[lower:upper], key=_CODE_TEXT)
 
 
 # --- check -------------------------------------------------------------------------------------
@@ -432,9 +478,7 @@ def check(tasks: Iterable[Task]) -> list[Problem]:
             that is neither None nor a Lease. The message names the item by
             index and repr.
     """
-    snapshot = _read(tasks)
-    ids: list[str] = list(map(_ID, snapshot))
-    deps_list: list[Sequence[str]] = list(map(_DEPS, snapshot))
+    snapshot, ids, deps_list = _read(tasks)
     problems: list[Problem] = []
     found: dict[Code, dict[str, str]] = {}  # code -> task -> text, where entries may differ
 
@@ -446,8 +490,8 @@ def check(tasks: Iterable[Task]) -> list[Problem]:
             texts[task_id] = text
 
     # Ids. Every id's dependencies; a duplicated id gets the union of its entries' (one node).
-    known = set(ids)
     deps_of: dict[str, Sequence[str]] = dict(zip(ids, deps_list, strict=True))
+    known = deps_of.keys()
     if len(known) < len(ids):
         merged: dict[str, list[str]] = {}
         for tid, count in Counter(ids).items():
@@ -537,15 +581,19 @@ def check(tasks: Iterable[Task]) -> list[Problem]:
     # Cycles. Peel off every task no cycle reaches (Kahn's algorithm on in-degrees, with a
     # task leaving ``indegree`` when nothing left depends on it); what stays goes on.
     sources = list(known - indegree.keys())
+    # Let go of the columns before the cycles: the many Problems made there set off the
+    # collector, which would scan every list still held, item by item.
+    del snapshot, ids, deps_list, states, watched, not_done
     while sources:
         for dep in deps_of[sources.pop()]:
-            if dep in indegree:  # a known id other than the task itself, still in the graph
-                left = indegree[dep] - 1
-                if left:
-                    indegree[dep] = left
-                else:
-                    del indegree[dep]
-                    sources.append(dep)
+            dependents = indegree.get(dep)
+            if dependents is None:  # not a known id other than the task itself still in the graph
+                continue
+            if dependents > 1:
+                indegree[dep] = dependents - 1
+            else:
+                indegree.pop(dep)  # (dict's own: Counter's ``del`` is Python code)
+                sources.append(dep)
     if indegree:
         problems += _cycle_problems(deps_of, indegree.keys())
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import itertools
+import random
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -502,6 +504,48 @@ def test_depth_first_cycles_of_a_long_chorded_cycle_are_whole_and_simple(n: int)
         for name, dep in itertools.pairwise(listed):
             assert dep in tasks[number[name]].deps
         assert short == " -> ".join(listed[:8]) + f" -> ... ({len(listed) - 1} tasks)"
+
+
+def cycles_both_ways(succ: list[list[int]], limit: int) -> None:
+    """``_cycles`` names the same cycles whether it reads them off a child's text or walks.
+
+    With plain names most tasks' texts are built from a child's; a name holding
+    " -> " makes every task walk its way. With the names swapped back, the
+    components and every text must be the same.
+    """
+    size = len(succ)
+    starts = [0, *itertools.accumulate(map(len, succ))]
+    targets = list(itertools.chain.from_iterable(succ))
+    read = _check._cycles(starts, targets, [f"n{i}" for i in range(size)], limit)
+    walked = _check._cycles(starts, targets, [f"[{i} -> ]" for i in range(size)], limit)
+    assert read[:2] == walked[:2]
+    assert read[2] == [
+        None if text is None else re.sub(r"\[(\d+) -> \]", r"n\1", text) for text in walked[2]
+    ]
+
+
+@given(st.data())
+def test_cycles_read_off_a_child_are_the_ones_walked(data: st.DataObject) -> None:
+    """On any graph, a cycle read off a child's text is the one its way walks to."""
+    size = data.draw(st.integers(1, 40))
+    succ = [
+        data.draw(st.lists(st.integers(0, size - 1), max_size=4).map(sorted)) for _ in range(size)
+    ]
+    cycles_both_ways(succ, data.draw(st.sampled_from([1, 2, 3, 8, size])))
+
+
+@pytest.mark.parametrize("limit", [2, 8, 5000])
+@pytest.mark.parametrize("shape", ["chorded cycle", "tangle"])
+def test_long_cycles_read_off_a_child_are_the_ones_walked(shape: str, limit: int) -> None:
+    """On large components with long cycles too, reading and walking name the same cycles."""
+    if shape == "chorded cycle":
+        tasks = chorded_cycle(3000)
+        number = {task.id: i for i, task in enumerate(tasks)}
+        succ = [sorted(number[dep] for dep in task.deps) for task in tasks]
+    else:
+        rng = random.Random(7)
+        succ = [sorted(rng.randrange(3000) for _ in range(rng.randint(1, 3))) for _ in range(3000)]
+    cycles_both_ways(succ, limit)
 
 
 # --- garbage in: TypeError naming the item ---------------------------------------------------
