@@ -12,19 +12,23 @@ have one code path.
   and socket reads; other threads get no timeout (the criteria and the parallel
   mode bound their threads themselves).
 * :class:`LoopDriver` owns an event loop. Calls from the thread that made it run
-  the loop in that thread, with no hand-off; once another thread calls, the loop
-  moves to a thread of its own, where every call runs as a task, so calls from
-  several threads interleave at their ``await`` points as they would in an async
-  service. A call past its timeout is cancelled.
+  the loop in that thread, with no hand-off, and a call's task takes its first step
+  at once, so a coroutine that never has to wait costs no turn of the loop; once
+  another thread calls, the loop moves to a thread of its own, where every call runs
+  as a task, so calls from several threads interleave at their ``await`` points as
+  they would in an async service. A call past its timeout is cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import signal
+import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
@@ -134,6 +138,20 @@ class DirectDriver:
         _WATCHDOG.unwatch(self)
 
 
+def _raw_getsignal() -> Callable[[int], Any]:
+    # signal.getsignal turns the handler into a Handlers member if it is one, by trying
+    # Handlers(handler): for a handler that is a function, a ValueError raised and caught,
+    # some microseconds on every watched call. The C function it wraps answers as is.
+    try:
+        raw: Callable[[int], Any] = importlib.import_module("_signal").getsignal
+    except (ImportError, AttributeError):  # not CPython
+        return signal.getsignal
+    return raw
+
+
+_getsignal = _raw_getsignal()
+
+
 class _Watchdog:
     """One daemon thread that cuts off the main thread's overrunning board call: it polls
     the driver under watch and sends ``SIGALRM`` to the main thread when its deadline has
@@ -154,7 +172,7 @@ class _Watchdog:
     def watch(self, driver: DirectDriver | LoopDriver) -> None:
         """Watch ``driver``'s calls (until another driver is watched); from the main thread."""
         self._driver = driver
-        if signal.getsignal(signal.SIGALRM) != self.on_alarm:  # bound methods: == not is
+        if _getsignal(signal.SIGALRM) != self.on_alarm:  # bound methods: == not is
             self._previous = signal.signal(signal.SIGALRM, self.on_alarm)
         if self._thread is None or not self._thread.is_alive():
             with self._lock:
@@ -171,7 +189,7 @@ class _Watchdog:
         self._driver = None
         if (
             threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGALRM) == self.on_alarm
+            and _getsignal(signal.SIGALRM) == self.on_alarm
         ):
             signal.signal(signal.SIGALRM, self._previous or signal.SIG_DFL)
 
@@ -222,23 +240,40 @@ def _synchronous(result: T, function: Callable[..., Any]) -> T:
     return result
 
 
+#: How long after a call's deadline the watchdog waits, once the call's coroutine awaits,
+#: for the loop's own timer to cancel it, before cutting the loop off itself.
+_LOOP_FIRST = 0.1
+
+
 class LoopDriver:
     """Runs calls on an event loop it owns; see the module docstring.
 
     Calls from the thread that made the driver (the machine's, say) run the loop right
-    there, one call at a time, with no hand-off to another thread. The first call from
-    any other thread (the parallel mode's, the criteria's) starts the loop on a thread of
-    its own, where every later call runs, from any thread, so calls interleave at their
-    ``await`` points as in an async service. The loop stops at :meth:`close`: anything a
-    board binds to the loop (connections, pools) must be made by calls through the driver
-    and released by calls through it before :meth:`close`.
+    there, one call at a time, with no hand-off to another thread; the call's task takes
+    its first step in place, and the loop turns only if the coroutine waits (see
+    :func:`_step_now`). The first call from any other thread (the parallel mode's, the
+    criteria's) starts the loop on a thread of its own, where every later call runs, from
+    any thread, so calls interleave at their ``await`` points as in an async service. The
+    loop stops at :meth:`close`: anything a board binds to the loop (connections, pools)
+    must be made by calls through the driver and released by calls through it before
+    :meth:`close`.
     """
 
     def __init__(self, timeout: timedelta | None) -> None:
         self.timeout = _seconds(timeout)
         self.wedged = False
         self.loop = asyncio.new_event_loop()
+        #: The loop's queue of ready callbacks when it is one whose first task step
+        #: :func:`_step_now` can run (asyncio's own loops); ``None`` otherwise.
+        self._ready = _ready_queue(self.loop)
+        #: The async generator hooks the loop sets while it runs (for :func:`_step_now`).
+        self._hooks: tuple[Any, Any] = (
+            getattr(self.loop, "_asyncgen_firstiter_hook", None),
+            getattr(self.loop, "_asyncgen_finalizer_hook", None),
+        )
         self._home = threading.current_thread()
+        #: Whether the watchdog can cut off a call the home thread runs (it is the main one).
+        self._watched = self._home is threading.main_thread() and hasattr(signal, "pthread_kill")
         self._thread: threading.Thread | None = None
         self._here = threading.Lock()  # held while the home thread runs the loop
         self._closed = False
@@ -292,28 +327,93 @@ class LoopDriver:
             raise CallTimeoutError(_timed_out(function, self.timeout)) from None
 
     def _call_here(self, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-        # The loop runs in this thread for the call. A coroutine past the timeout is
-        # cancelled at its next await; one that blocks the loop itself is cut off, in the
-        # main thread, by the watchdog's SIGALRM, as a direct call is.
-        task = self.loop.create_task(_awaited(function, args))
-        if self.timeout is None:
-            return self.loop.run_until_complete(task)
-        watched = threading.current_thread() is threading.main_thread() and hasattr(
-            signal, "pthread_kill"
-        )
-        if watched:
+        # The loop runs in this thread for the call. The call's task takes its first step
+        # at once (see _step_now); the loop runs only if it awaits something that is not
+        # ready. A coroutine past the timeout is cancelled at its next await; one that
+        # blocks the loop itself is cut off, in the main thread, by the watchdog's SIGALRM,
+        # as a direct call is.
+        timeout = self.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if deadline is not None and self._watched:
             _WATCHDOG.watch(self)
-            self.deadline = time.monotonic() + self.timeout
+            self.deadline = deadline
+        task: asyncio.Task[Any] | None = None
         try:
-            return self.loop.run_until_complete(asyncio.wait_for(task, self.timeout))
-        except TimeoutError:
-            if not task.cancelled():
-                raise  # the board's own TimeoutError
-            raise CallTimeoutError(_timed_out(function, self.timeout)) from None
+            task = self._started(function, args)
+            if not task.done():
+                self._finish(task, deadline, function)
+            return task.result()
         except _Interrupted as stuck:
-            raise CallTimeoutError(_timed_out(function, self.timeout)) from stuck
+            assert timeout is not None
+            if task is not None:
+                task.cancel()  # if it was cut off waiting, it must not go on at the next call
+            raise CallTimeoutError(_timed_out(function, timeout)) from stuck
         finally:
             self.deadline = None
+            # The board's exception, raised here, keeps this frame in its traceback; the
+            # task keeps the exception: let go of the task, or each failed call is a
+            # reference cycle that only the garbage collector frees.
+            task = None
+
+    def _started(self, function: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Task[Any]:
+        """The call's task, its first step already taken when that can be done here."""
+        loop = self.loop
+        ready = self._ready
+        if (
+            ready is None
+            or ready  # callbacks from an earlier call go first: the loop runs them
+            or loop.get_debug()  # debug mode's checks are in the loop's own run
+            or loop.get_task_factory() is not None
+            or asyncio._get_running_loop() is not None  # this loop's, or another's
+        ):
+            return loop.create_task(_awaited(function, args))
+        task: asyncio.Task[Any] | None = loop.create_task(_awaited(function, args))
+        assert task is not None
+        try:
+            if len(ready) != 1:  # not the one step of a task we know: leave it to the loop
+                return task
+            _step_now(loop, ready.popleft(), self._hooks)
+            if task.done() and ready:
+                # It finished, but scheduled callbacks (a task it started, say): give them
+                # the turn of the loop they would have had had the loop run the call.
+                loop.call_soon(loop.stop)
+                loop.run_forever()
+            return task
+        finally:
+            # This frame ran the step: a frame of the coroutine may link back to it (in
+            # the traceback of an exception the task keeps), so it must not keep the task.
+            task = None
+
+    def _finish(
+        self, task: asyncio.Task[Any], deadline: float | None, function: Callable[..., Any]
+    ) -> None:
+        """Run the loop until ``task`` is done, cancelling it at ``deadline``."""
+        loop = self.loop
+        if deadline is None:
+            loop.run_until_complete(task)
+            return
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        timer = loop.call_later(max(deadline - time.monotonic(), 0), expire)
+        if self.deadline is not None:
+            # From here on the timer cuts the call off, cancelling the coroutine at its
+            # await (so its clean-up runs now); the watchdog, a little later, only if the
+            # loop itself is blocked.
+            self.deadline = deadline + _LOOP_FIRST
+        try:
+            loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if expired and task.cancelled():
+                assert self.timeout is not None
+                raise CallTimeoutError(_timed_out(function, self.timeout)) from None
+            raise
+        finally:
+            timer.cancel()
 
     def _serve(self) -> None:
         """Run the loop on a thread of its own from now on (see the class docstring)."""
@@ -396,6 +496,54 @@ def start_line(board: object, participants: int) -> AbstractContextManager[None]
     ``participants`` calls; otherwise nothing (threads already start at a barrier)."""
     driver = getattr(board, "driver", None) if isinstance(board, _Driven) else None
     return driver.start_line(participants) if isinstance(driver, LoopDriver) else nullcontext()
+
+
+def _ready_queue(loop: asyncio.AbstractEventLoop) -> deque[asyncio.Handle] | None:
+    """``loop``'s queue of ready callbacks if :func:`_step_now` knows how to run its
+    first task step (an asyncio loop, not uvloop's, say), else ``None``."""
+    ready = getattr(loop, "_ready", None)
+    known = (
+        isinstance(loop, asyncio.BaseEventLoop)
+        and all(
+            hasattr(loop, name)
+            for name in ("_thread_id", "_asyncgen_firstiter_hook", "_asyncgen_finalizer_hook")
+        )
+        and {"_context", "_callback", "_args"} <= set(getattr(asyncio.Handle, "__slots__", ()))
+    )
+    return ready if known and isinstance(ready, deque) else None
+
+
+def _step_now(
+    loop: asyncio.AbstractEventLoop, step: asyncio.Handle, hooks: tuple[Any, Any]
+) -> None:
+    """Run ``step``, a new task's first step that ``create_task`` scheduled on the idle
+    ``loop``, right here, as the loop's first turn would: with the loop set up as running
+    (so the coroutine finds it, ``asyncio.current_task()`` is its task, async generators
+    hook to it), but without the turn's select, timers and second turn to see the task
+    done. A call whose coroutine never waits (a board on memory, a cache hit) costs a
+    task and one step; one that waits is left to the loop, mid-way, as it would be after
+    the loop's first turn.
+
+    Mirrors ``BaseEventLoop.run_forever``'s set-up and clean-up (Python 3.11 to 3.13),
+    ``hooks`` being the loop's async generator hooks. The step runs as ``Handle._run``
+    would run it, less its report of an exception that escapes: a task's step lets
+    none escape but ``KeyboardInterrupt`` and ``SystemExit`` (re-raised there too) and
+    the watchdog's cut-off, which must reach the caller, not the loop's exception handler.
+    """
+    base: Any = loop
+    handle: Any = step
+    del step  # the step holds its task, and this frame must not: see LoopDriver._started
+    outer = sys.get_asyncgen_hooks()
+    base._thread_id = threading.get_ident()
+    try:
+        sys.set_asyncgen_hooks(*hooks)
+        asyncio._set_running_loop(loop)
+        handle._context.run(handle._callback, *handle._args)
+    finally:
+        handle = None
+        base._thread_id = None
+        asyncio._set_running_loop(None)
+        sys.set_asyncgen_hooks(*outer)
 
 
 async def _awaited(function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
