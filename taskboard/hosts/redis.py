@@ -438,6 +438,8 @@ class _Core:
 
     #: Where this board's client connects (set by the subclass, from its url_or_client).
     _address: _Address
+    #: Whether this board made its client, and so closes it (set by the subclass).
+    _owns_client: bool
 
     def __reduce__(self) -> tuple[object, ...]:
         """Pickle as the board's address: unpickling opens a new client of the same board
@@ -453,6 +455,28 @@ class _Core:
         fences: Fences = "counter",
     ) -> Self:
         """A new board with a new client of its own on ``address``, attached to ``board_id``."""
+        options = cls._fence_options(fences)
+        make: Any = cls  # each subclass's constructor takes (tasks, clock, url_or_client, ...)
+        client = address if isinstance(address, str) else cls._new_client(address)
+        try:
+            board: Self = make(
+                (), clock, client, board_id=board_id, delete_on_close=False, **options
+            )
+        except BaseException:
+            if client is not address:
+                cls._discard_client(client)
+            raise
+        board._owns_client = True  # made here, or by the board from the URL: closed with it
+        return board
+
+    @staticmethod
+    def _new_client(address: tuple[type[Any], dict[str, Any]]) -> Any:
+        """A new client of the subclass's kind, with a pool of its own, on ``address``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _discard_client(client: Any) -> None:
+        """Close ``client``, made by :meth:`_new_client`, that no board took."""
         raise NotImplementedError
 
     @staticmethod
@@ -664,25 +688,13 @@ class RedisBoard(_Core):
         Closing it closes only its own client."""
         return self._client_of(self._address, self._clock, self.board_id, self.fences)
 
-    @classmethod
-    def _client_of(
-        cls,
-        address: _Address,
-        clock: Clock | Literal["server"],
-        board_id: str,
-        fences: Fences = "counter",
-    ) -> Self:
-        options = cls._fence_options(fences)
-        if isinstance(address, str):
-            return cls((), clock, address, board_id=board_id, delete_on_close=False, **options)
-        client = _sync_client(address)
-        try:
-            board = cls((), clock, client, board_id=board_id, delete_on_close=False, **options)
-        except BaseException:
-            client.close()
-            raise
-        board._owns_client = True  # made here: closed with the board
-        return board
+    @staticmethod
+    def _new_client(address: tuple[type[Any], dict[str, Any]]) -> redis.Redis:
+        return _sync_client(address)
+
+    @staticmethod
+    def _discard_client(client: Any) -> None:
+        client.close()
 
     def close(self) -> None:
         """Delete the board's keys (see ``delete_on_close``) and close the client if this
@@ -930,21 +942,13 @@ class AsyncRedisBoard(_Core):
             self._initial_args, self._ready = list(pending), False
         return self
 
-    @classmethod
-    def _client_of(
-        cls,
-        address: _Address,
-        clock: Clock | Literal["server"],
-        board_id: str,
-        fences: Fences = "counter",
-    ) -> Self:
-        options = cls._fence_options(fences)
-        if isinstance(address, str):
-            return cls((), clock, address, board_id=board_id, delete_on_close=False, **options)
-        client = _async_client(address)
-        board = cls((), clock, client, board_id=board_id, delete_on_close=False, **options)
-        board._owns_client = True  # made here: closed with the board
-        return board
+    @staticmethod
+    def _new_client(address: tuple[type[Any], dict[str, Any]]) -> redis.asyncio.Redis:
+        return _async_client(address)
+
+    @staticmethod
+    def _discard_client(client: Any) -> None:
+        pass  # it has made no connection yet, and closing one is a coroutine
 
     async def __aenter__(self) -> Self:
         await self._ensure_ready()
