@@ -100,6 +100,7 @@ class TestDurableRedisNemesisContract(BoardContract):
     then a new server on the same AOF) and cut off (``CLIENT KILL`` of the board's named
     connections) now and then: it loses nothing it acknowledged."""
 
+    board_class: type[RedisBoard] | type[AsyncRedisBoard] = RedisBoard
     clock_resolution = RedisBoard.clock_resolution
     expired_lease_policy = RedisBoard.expired_lease_policy
     machine_settings = NEMESIS_MACHINE
@@ -111,8 +112,8 @@ class TestDurableRedisNemesisContract(BoardContract):
     def _server(self, durable_redis: RedisServer) -> None:
         self.server = durable_redis
 
-    def make_board(self, tasks: Sequence[Task], clock: Clock) -> RedisBoard:
-        return RedisBoard(tasks, clock, self.server.url)
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+        return self.board_class(tasks, clock, self.server.url)
 
     def close_board(self, board: RedisBoard) -> None:
         board.close()
@@ -120,25 +121,19 @@ class TestDurableRedisNemesisContract(BoardContract):
     def open_client(self, board: RedisBoard) -> RedisBoard:
         return board.open_client()
 
-    def restart_storage(self, board: RedisBoard) -> None:
+    def restart_storage(self, board: RedisBoard) -> Board | None:
         self.server.restart()
+        return None
 
     def drop_connections(self, board: RedisBoard) -> None:
         self.server.drop_connections(f"taskboard:{board.board_id}")
 
 
-@pytest.mark.nemesis
-@pytest.mark.slow
-class TestVolatileRedisNemesisContract(BoardContract):
+class TestVolatileRedisNemesisContract(TestDurableRedisNemesisContract):
     """RedisBoard with ``fences="time"`` on a private redis-server with no persistence: a
     restart loses every key. The restart hook makes the board anew from its initial tasks
     (on the same ``board_id``), as its application would; fences must still never repeat."""
 
-    clock_resolution = RedisBoard.clock_resolution
-    expired_lease_policy = RedisBoard.expired_lease_policy
-    machine_settings = NEMESIS_MACHINE
-    parallel_settings = NEMESIS_PARALLEL
-    tolerate_faults = (redis.ConnectionError,)
     durable = False
 
     @pytest.fixture(autouse=True)
@@ -146,91 +141,36 @@ class TestVolatileRedisNemesisContract(BoardContract):
         self.server = volatile_redis
         self.initial: dict[str, tuple[list[Task], Clock]] = {}
 
-    def make_board(self, tasks: Sequence[Task], clock: Clock) -> RedisBoard:
-        board = RedisBoard(tasks, clock, self.server.url, fences="time")
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+        board = self.board_class(tasks, clock, self.server.url, fences="time")
         self.initial[board.board_id] = (list(tasks), clock)
         return board
 
-    def close_board(self, board: RedisBoard) -> None:
-        board.close()
-
-    def open_client(self, board: RedisBoard) -> RedisBoard:
-        return board.open_client()
-
-    def restart_storage(self, board: RedisBoard) -> RedisBoard:
+    def restart_storage(self, board: RedisBoard) -> Board | None:
         self.server.restart()
         return remade(board, self.server.url, *self.initial[board.board_id])
 
-    def drop_connections(self, board: RedisBoard) -> None:
-        self.server.drop_connections(f"taskboard:{board.board_id}")
 
-
-@pytest.mark.nemesis
-@pytest.mark.slow
-class TestDurableAsyncRedisNemesisContract(BoardContract):
+class TestDurableAsyncRedisNemesisContract(TestDurableRedisNemesisContract):
     """TestDurableRedisNemesisContract for AsyncRedisBoard."""
 
-    clock_resolution = AsyncRedisBoard.clock_resolution
-    expired_lease_policy = AsyncRedisBoard.expired_lease_policy
-    machine_settings = NEMESIS_MACHINE
-    parallel_settings = NEMESIS_PARALLEL
-    tolerate_faults = (redis.ConnectionError,)
-    durable = True
-
-    @pytest.fixture(autouse=True)
-    def _server(self, durable_redis: RedisServer) -> None:
-        self.server = durable_redis
-
-    def make_board(self, tasks: Sequence[Task], clock: Clock) -> AsyncRedisBoard:
-        return AsyncRedisBoard(tasks, clock, self.server.url)
+    board_class = AsyncRedisBoard
 
     async def close_board(self, board: AsyncRedisBoard) -> None:
         await board.aclose()
 
-    def open_client(self, board: AsyncRedisBoard) -> AsyncRedisBoard:
-        return board.open_client()
 
-    def restart_storage(self, board: AsyncRedisBoard) -> None:
-        self.server.restart()
-
-    def drop_connections(self, board: AsyncRedisBoard) -> None:
-        self.server.drop_connections(f"taskboard:{board.board_id}")
-
-
-@pytest.mark.nemesis
-@pytest.mark.slow
-class TestVolatileAsyncRedisNemesisContract(BoardContract):
+class TestVolatileAsyncRedisNemesisContract(TestVolatileRedisNemesisContract):
     """TestVolatileRedisNemesisContract for AsyncRedisBoard."""
 
-    clock_resolution = AsyncRedisBoard.clock_resolution
-    expired_lease_policy = AsyncRedisBoard.expired_lease_policy
-    machine_settings = NEMESIS_MACHINE
-    parallel_settings = NEMESIS_PARALLEL
-    tolerate_faults = (redis.ConnectionError,)
-    durable = False
-
-    @pytest.fixture(autouse=True)
-    def _server(self, volatile_redis: RedisServer) -> None:
-        self.server = volatile_redis
-        self.initial: dict[str, tuple[list[Task], Clock]] = {}
-
-    def make_board(self, tasks: Sequence[Task], clock: Clock) -> AsyncRedisBoard:
-        board = AsyncRedisBoard(tasks, clock, self.server.url, fences="time")
-        self.initial[board.board_id] = (list(tasks), clock)
-        return board
+    board_class = AsyncRedisBoard
 
     async def close_board(self, board: AsyncRedisBoard) -> None:
         await board.aclose()
 
-    def open_client(self, board: AsyncRedisBoard) -> AsyncRedisBoard:
-        return board.open_client()
-
-    async def restart_storage(self, board: AsyncRedisBoard) -> AsyncRedisBoard:
+    async def restart_storage(self, board: AsyncRedisBoard) -> Board | None:
         self.server.restart()
         return await async_remade(board, self.server.url, *self.initial[board.board_id])
-
-    def drop_connections(self, board: AsyncRedisBoard) -> None:
-        self.server.drop_connections(f"taskboard:{board.board_id}")
 
 
 # -- RedisBoard ------------------------------------------------------------------------------------
