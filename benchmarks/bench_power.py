@@ -288,6 +288,21 @@ def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def caught_and_medians(
+    runs: Sequence[tuple[int, float, int] | None],
+) -> tuple[int, int, float | None, float | None, float | None]:
+    """How many of ``runs`` (one per seed, ``None`` if not caught) caught the mutant, out of
+    how many, and the medians of the catches' examples, seconds and shrunk steps."""
+    hits = [r for r in runs if r is not None]
+    return (
+        len(hits),
+        len(runs),
+        median([h[0] for h in hits]),
+        median([h[1] for h in hits]),
+        median([h[2] for h in hits]),
+    )
+
+
 def measure(seeds: int, max_examples: int, only: Sequence[str] = ()) -> list[Result]:
     results = []
     for board in mutants.MUTANTS:
@@ -310,18 +325,7 @@ def measure(seeds: int, max_examples: int, only: Sequence[str] = ()) -> list[Res
             )
         else:
             runs = [run_machine(board, s, max_examples) for s in range(seeds)]
-            hits = [r for r in runs if r is not None]
-            results.append(
-                Result(
-                    name,
-                    len(hits),
-                    seeds,
-                    median([h[0] for h in hits]),
-                    median([h[1] for h in hits]),
-                    median([h[2] for h in hits]),
-                    "machine",
-                )
-            )
+            results.append(Result(name, *caught_and_medians(runs), "machine"))
         last = results[-1]
         print(f"  measured {name}: {last.caught}/{last.runs}", file=sys.stderr)
     return results
@@ -353,19 +357,8 @@ def measure_nemesis(seeds: int, max_examples: int) -> list[NemesisResult]:
             run_machine(board, s, max_examples, base=nemesis_machine(board, None))
             for s in range(seeds)
         ]
-        hits = [r for r in runs if r is not None]
-        results.append(
-            NemesisResult(
-                board.__name__,
-                off is None,
-                len(hits),
-                seeds,
-                median([h[0] for h in hits]),
-                median([h[1] for h in hits]),
-                median([h[2] for h in hits]),
-            )
-        )
-        print(f"  measured {board.__name__}: {len(hits)}/{seeds}", file=sys.stderr)
+        results.append(NemesisResult(board.__name__, off is None, *caught_and_medians(runs)))
+        print(f"  measured {board.__name__}: {results[-1].caught}/{seeds}", file=sys.stderr)
     return results
 
 
