@@ -6,6 +6,8 @@ import asyncio
 import dataclasses
 import functools
 import inspect
+import itertools
+import math
 import os
 import sysconfig
 import time
@@ -26,6 +28,7 @@ from hypothesis.errors import Flaky, InvalidArgument
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
+    RuleStrategy,
     initialize,
     multiple,
     precondition,
@@ -74,6 +77,26 @@ from taskboard.stateful._tracefile import TRACE_DIR_ENV, Trace, Verdict, write_t
 
 __all__ = ["BoardMachine", "InfrastructureFault"]
 
+
+class _Choice(SearchStrategy[Any]):
+    """One of ``values``, as ``st.sampled_from(values)`` draws it, shrinking towards the first.
+
+    The :class:`_Choice` arguments of a rule are drawn together, as one choice over their
+    product (see :class:`_RuleDraws`): the same values with the same probabilities, for one
+    choice instead of several in every step."""
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        super().__init__()
+        self.values = tuple(values)
+        self._strategy = st.sampled_from(self.values)
+
+    def do_draw(self, data: Any) -> Any:
+        return data.draw(self._strategy)
+
+    def __repr__(self) -> str:
+        return f"sampled_from({self.values!r})"
+
+
 #: Task ids of every generated board. Few, so operations collide on the same task.
 TASK_IDS = ("t1", "t2", "t3")
 #: The token an action uses on a task that never had a lease.
@@ -85,10 +108,12 @@ UNKNOWN_TASK_ID = "t404"
 AGENTS = ("a1", "a2", "a1", "ü-agent with a rather long name")
 #: Lease lengths in clock ticks: mostly short, so leases expire within an example; 0 never
 #: expires; 10,000 outlives any example unless ``at_expiry`` jumps to its end.
-TTL_TICKS = st.sampled_from((1, 2, 5, 20, 0, 10_000))
+TTL_TICKS = _Choice((1, 2, 5, 20, 0, 10_000))
 #: Renewal lengths: as for claims, but "no expiry" twice as often, since a renew to ttl 0
 #: must clear ``until`` (a store that keeps the old one leaves a lease that still expires).
-RENEW_TTL_TICKS = st.sampled_from((1, 0, 5, 20, 0, 10_000))
+RENEW_TTL_TICKS = _Choice((1, 0, 5, 20, 0, 10_000))
+#: Either way of a two-way argument, ``False`` first (what a failure shrinks to).
+BOOLEANS = _Choice((False, True))
 #: Whose token a holder action uses: the task's latest lease's, or the one before it.
 HOLDERS = ("latest", "previous")
 #: What happens on the lease's task right after a jump to (just before) its expiry. Claim and
@@ -150,6 +175,9 @@ class LeaseRef:
 #: Rules swarm testing never switches off: without claims an example reaches nothing, and
 #: without jumps to expiry boundaries it seldom reaches the bugs that live there.
 ALWAYS_ON = ("claim", "complete", "at_expiry")
+#: The most combinations one joint choice of arguments spans: Hypothesis draws an index up to
+#: 256 uniformly, and smaller indices more often beyond.
+JOINT_CHOICES = 256
 
 
 class _CoreRulesAlwaysOn(FeatureStrategy):
@@ -159,16 +187,90 @@ class _CoreRulesAlwaysOn(FeatureStrategy):
         return FeatureFlags(data, enabled=ALWAYS_ON, at_least_one_of=self._at_least_one_of)
 
 
-def _keep_core_rules_enabled(machine: RuleBasedStateMachine) -> None:
-    # Swarm testing switches a random subset of rules off for each example (each rule off
-    # with a probability drawn per example), which starves examples of claims and boundary
-    # jumps. This reaches into Hypothesis's internals; if they change, plain swarm remains.
-    rules = getattr(machine, "_rules_strategy", None)
-    if isinstance(getattr(rules, "enabled_rules_strategy", None), SearchStrategy):
-        names = frozenset(r.function.__name__ for r in rules.rules)  # type: ignore[union-attr]
-        rules.enabled_rules_strategy = st.shared(  # type: ignore[union-attr]
+@functools.cache
+def _argument_draws(rule: Any) -> tuple[tuple[tuple[str, ...], SearchStrategy[Any]], ...]:
+    """How :class:`_RuleDraws` draws ``rule``'s arguments: (names, strategy) pairs in the order
+    Hypothesis draws them. Consecutive :class:`_Choice` arguments share one choice over their
+    product (the first argument varying slowest, so index 0 is every argument's first value),
+    of at most :data:`JOINT_CHOICES` combinations; any other argument is drawn on its own."""
+    draws: list[tuple[tuple[str, ...], SearchStrategy[Any]]] = []
+    group: list[tuple[str, _Choice]] = []
+
+    def close() -> None:
+        if len(group) == 1:
+            draws.append(((group[0][0],), group[0][1]))
+        elif group:
+            product = itertools.product(*(choice.values for _, choice in group))
+            draws.append((tuple(name for name, _ in group), st.sampled_from(tuple(product))))
+        group.clear()
+
+    for name, strategy in rule.arguments_strategies.items():
+        if not isinstance(strategy, _Choice):
+            close()
+            draws.append(((name,), strategy))
+            continue
+        combinations = math.prod(len(choice.values) for _, choice in group)
+        if combinations * len(strategy.values) > JOINT_CHOICES:
+            close()
+        group.append((name, strategy))
+    close()
+    return tuple(draws)
+
+
+class _RuleDraws(RuleStrategy):
+    """Hypothesis's choice of a rule and its arguments, with two changes: the
+    :data:`ALWAYS_ON` rules are never switched off by swarm testing, and a rule's
+    :class:`_Choice` arguments are drawn as one choice (see :func:`_argument_draws`).
+
+    Rules are chosen as Hypothesis chooses them (its swarm feature flags, then a rule drawn
+    until one is valid and enabled), and arguments are returned by name in Hypothesis's
+    order, so its printed steps are unchanged."""
+
+    def __init__(self, machine: RuleBasedStateMachine) -> None:
+        super().__init__(machine)
+        # Swarm testing switches a random subset of rules off for each example (each rule
+        # off with a probability drawn per example), which starves examples of claims and
+        # boundary jumps.
+        names = frozenset(r.function.__name__ for r in self.rules)
+        self.enabled_rules_strategy = st.shared(
             _CoreRulesAlwaysOn(at_least_one_of=names), key=("enabled rules", machine)
         )
+        self._flags: FeatureFlags | None = None
+        self._enabled_rules = _rule_sampler(tuple(self.rules)).filter(self._enabled)
+
+    def _enabled(self, rule: Any) -> bool:
+        # Validity first: is_enabled makes a choice, valid or not (as in Hypothesis).
+        assert self._flags is not None
+        return bool(self.is_valid(rule)) and self._flags.is_enabled(rule.function.__name__)
+
+    def do_draw(self, data: Any) -> Any:
+        if not any(self.is_valid(rule) for rule in self.rules):
+            return super().do_draw(data)  # Hypothesis's report that no rule can run
+        self._flags = data.draw(self.enabled_rules_strategy)
+        rule = data.draw(self._enabled_rules)
+        drawn: dict[str, Any] = {}
+        for names, strategy in _argument_draws(rule):
+            value = data.draw(strategy)
+            if len(names) == 1:
+                drawn[names[0]] = value
+            else:
+                drawn.update(zip(names, value, strict=True))
+        return rule, {name: drawn[name] for name in rule.arguments_strategies}
+
+
+@functools.cache
+def _rule_sampler(rules: tuple[Any, ...]) -> SearchStrategy[Any]:
+    # One per set of rules: a sampled_from's label costs a pass over them.
+    return st.sampled_from(rules)
+
+
+def _use_rule_draws(machine: RuleBasedStateMachine) -> None:
+    # This reaches into Hypothesis's internals; if they change, its own draws remain.
+    stock = getattr(machine, "_rules_strategy", None)
+    if type(stock) is RuleStrategy and all(
+        hasattr(stock, name) for name in ("rules", "is_valid", "enabled_rules_strategy")
+    ):
+        machine._rules_strategy = _RuleDraws(machine)
 
 
 #: Shapes of dependency graph over three tasks, as (dependent, dependency) positions. Every
@@ -188,19 +290,27 @@ GRAPH_SHAPES: dict[str, tuple[tuple[int, int], ...]] = {
 SHAPE_CHOICES = (*GRAPH_SHAPES, "fan-in")
 
 
-@st.composite
-def dependency_graphs(draw: st.DrawFn) -> dict[str, tuple[str, ...]]:
-    """An acyclic dependency graph over :data:`TASK_IDS`: a shape, then which task is which.
+#: Every (shape, relabelling) pair, shape first: one choice draws a graph, and a failure
+#: shrinks towards ``"independent"`` with the tasks in order.
+GRAPH_PLANS = tuple(itertools.product(SHAPE_CHOICES, itertools.permutations(TASK_IDS)))
 
-    Drawing the shape first makes two-dependency tasks and chains as likely as no
-    dependencies at all; a failure that needs no edges shrinks to ``"independent"``.
-    """
-    shape = GRAPH_SHAPES[draw(st.sampled_from(SHAPE_CHOICES))]
-    order = draw(st.permutations(TASK_IDS))
+
+def _graph(plan: tuple[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    shape, order = plan
     deps: dict[str, tuple[str, ...]] = dict.fromkeys(TASK_IDS, ())
-    for dependent, dependency in shape:
+    for dependent, dependency in GRAPH_SHAPES[shape]:
         deps[order[dependent]] += (order[dependency],)
     return deps
+
+
+def dependency_graphs() -> SearchStrategy[dict[str, tuple[str, ...]]]:
+    """An acyclic dependency graph over :data:`TASK_IDS`: a shape, and which task is which.
+
+    Drawing the shape (with a relabelling, uniformly) makes two-dependency tasks and
+    chains as likely as no dependencies at all; a failure that needs no edges shrinks to
+    ``"independent"``.
+    """
+    return st.sampled_from(GRAPH_PLANS).map(_graph)
 
 
 class _HungRun(BaseException):  # not an error: it ends a run
@@ -578,7 +688,7 @@ class BoardMachine(RuleBasedStateMachine):
         self.ttl_unit = wall_ttl_unit(self.tick, self.skew) if self.wall else self.tick
         #: How long the latest calls took (wall clock), to land just before an until.
         self._latencies: deque[timedelta] = deque(maxlen=8)
-        _keep_core_rules_enabled(self)
+        _use_rule_draws(self)
         self.board: Board | None = None
         #: The board as ``make_board`` returned it (``board`` is it as the machine calls it).
         self.made_board: Any = None
@@ -954,8 +1064,8 @@ class BoardMachine(RuleBasedStateMachine):
 
     @rule(
         target=leases,
-        task=st.sampled_from(TASK_IDS),
-        agent=st.sampled_from(AGENTS),
+        task=_Choice(TASK_IDS),
+        agent=_Choice(AGENTS),
         ttl_ticks=TTL_TICKS,
     )
     def claim(self, task: str, agent: str, ttl_ticks: int) -> Any:
@@ -980,7 +1090,7 @@ class BoardMachine(RuleBasedStateMachine):
             self._label(latest.token), task_id, latest.token, latest.fence, latest.agent
         )
 
-    @rule(target=leases, lease=leases, same_agent=st.booleans(), ttl_ticks=TTL_TICKS)
+    @rule(target=leases, lease=leases, same_agent=BOOLEANS, ttl_ticks=TTL_TICKS)
     def reclaim(self, lease: LeaseRef, same_agent: bool, ttl_ticks: int) -> Any:
         """Claim the task of an earlier lease again, as the same agent name or another one:
         a takeover once that lease has expired, and a same-name holder with a new token."""
@@ -988,31 +1098,29 @@ class BoardMachine(RuleBasedStateMachine):
         return self.claim(lease.task_id, agent, ttl_ticks)
 
     @precondition(lambda self: self.renewing)
-    @rule(
-        task=st.sampled_from(TASK_IDS), ttl_ticks=RENEW_TTL_TICKS, holder=st.sampled_from(HOLDERS)
-    )
+    @rule(task=_Choice(TASK_IDS), ttl_ticks=RENEW_TTL_TICKS, holder=_Choice(HOLDERS))
     def renew(self, task: str, ttl_ticks: int, holder: str) -> None:
         """Renew ``task`` as its latest lease's holder, or as the holder before (stale)."""
         token = self._token_of(task, holder) or NEVER_ISSUED
         self._perform(Call(Op.RENEW, task, token=token, ttl=ttl_ticks * self.ttl_unit))
 
-    @rule(task=st.sampled_from(TASK_IDS), holder=st.sampled_from(HOLDERS))
+    @rule(task=_Choice(TASK_IDS), holder=_Choice(HOLDERS))
     def release(self, task: str, holder: str) -> None:
         """Release ``task`` as its latest lease's holder, or as the holder before (stale)."""
         self._perform(Call(Op.RELEASE, task, token=self._token_of(task, holder) or NEVER_ISSUED))
 
-    @rule(task=st.sampled_from(TASK_IDS), holder=st.sampled_from(HOLDERS))
+    @rule(task=_Choice(TASK_IDS), holder=_Choice(HOLDERS))
     def complete(self, task: str, holder: str) -> None:
         """Complete ``task`` as its latest lease's holder, or as the holder before (stale)."""
         self._perform(Call(Op.COMPLETE, task, token=self._token_of(task, holder) or NEVER_ISSUED))
 
     @precondition(lambda self: self.failing)
-    @rule(task=st.sampled_from(TASK_IDS), holder=st.sampled_from(HOLDERS))
+    @rule(task=_Choice(TASK_IDS), holder=_Choice(HOLDERS))
     def fail(self, task: str, holder: str) -> None:
         """Fail ``task`` as its latest lease's holder, or as the holder before (stale)."""
         self._perform(Call(Op.FAIL, task, token=self._token_of(task, holder) or NEVER_ISSUED))
 
-    @rule(op=st.sampled_from(TOKEN_OPS), lease=leases, ttl_ticks=TTL_TICKS)
+    @rule(op=_Choice(TOKEN_OPS), lease=leases, ttl_ticks=TTL_TICKS)
     def act_with_lease(self, op: str, lease: LeaseRef, ttl_ticks: int) -> None:
         """Act on a lease's task with its token: often a stale holder acting late."""
         if self._supports(op):
@@ -1021,9 +1129,9 @@ class BoardMachine(RuleBasedStateMachine):
             )
 
     @rule(
-        op=st.sampled_from(TOKEN_OPS),
-        task=st.sampled_from(TASK_IDS),
-        how=st.sampled_from(WRONG_TOKENS),
+        op=_Choice(TOKEN_OPS),
+        task=_Choice(TASK_IDS),
+        how=_Choice(WRONG_TOKENS),
     )
     def act_with_wrong_token(self, op: str, task: str, how: str) -> None:
         """Act on ``task`` with a token that is not its latest lease's: another task's latest
@@ -1043,9 +1151,9 @@ class BoardMachine(RuleBasedStateMachine):
         self._perform(Call(Op(op), task, token=forge(real, how), ttl=self.ttl_unit), ref)
 
     @rule(
-        op=st.sampled_from(("claim", *TOKEN_OPS)),
-        task=st.sampled_from(TASK_IDS),
-        unknown=st.booleans(),
+        op=_Choice(("claim", *TOKEN_OPS)),
+        task=_Choice(TASK_IDS),
+        unknown=BOOLEANS,
     )
     def misuse(self, op: str, task: str, unknown: bool) -> None:
         """Any operation on an id no task has (``unknown``); else a claim with an empty agent,
@@ -1152,10 +1260,10 @@ class BoardMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.wall or bool(self._expiring()))
     @rule(
         target=leases,
-        which=st.integers(0, len(TASK_IDS) - 1),
-        early=st.booleans(),
-        then=st.sampled_from(AT_EXPIRY),
-        agent=st.sampled_from(AGENTS),
+        which=_Choice(range(len(TASK_IDS))),
+        early=BOOLEANS,
+        then=_Choice(AT_EXPIRY),
+        agent=_Choice(AGENTS),
         ttl_ticks=TTL_TICKS,
     )
     def at_expiry(self, which: int, early: bool, then: str, agent: str, ttl_ticks: int) -> Any:
