@@ -35,7 +35,7 @@ from hypothesis.stateful import (
     rule,
 )
 from hypothesis.strategies import SearchStrategy
-from hypothesis.strategies._internal.featureflags import FeatureFlags, FeatureStrategy
+from hypothesis.strategies._internal.featureflags import FeatureStrategy
 
 from taskboard._check import check
 from taskboard._clock import CLOCK_MODES, Clock, ClockMode, ManualClock, SystemClock, as_utc
@@ -88,10 +88,10 @@ class _Choice(SearchStrategy[Any]):
     def __init__(self, values: Sequence[Any]) -> None:
         super().__init__()
         self.values = tuple(values)
-        self._strategy = st.sampled_from(self.values)
+        self.sampled = st.sampled_from(self.values)
 
     def do_draw(self, data: Any) -> Any:
-        return data.draw(self._strategy)
+        return data.draw(self.sampled)
 
     def __repr__(self) -> str:
         return f"sampled_from({self.values!r})"
@@ -180,13 +180,6 @@ ALWAYS_ON = ("claim", "complete", "at_expiry")
 JOINT_CHOICES = 256
 
 
-class _CoreRulesAlwaysOn(FeatureStrategy):
-    """Hypothesis's swarm testing, except that the :data:`ALWAYS_ON` rules stay on."""
-
-    def do_draw(self, data: Any) -> FeatureFlags:
-        return FeatureFlags(data, enabled=ALWAYS_ON, at_least_one_of=self._at_least_one_of)
-
-
 @functools.cache
 def _argument_draws(rule: Any) -> tuple[tuple[tuple[str, ...], SearchStrategy[Any]], ...]:
     """How :class:`_RuleDraws` draws ``rule``'s arguments: (names, strategy) pairs in the order
@@ -198,7 +191,7 @@ def _argument_draws(rule: Any) -> tuple[tuple[tuple[str, ...], SearchStrategy[An
 
     def close() -> None:
         if len(group) == 1:
-            draws.append(((group[0][0],), group[0][1]))
+            draws.append(((group[0][0],), group[0][1].sampled))
         elif group:
             product = itertools.product(*(choice.values for _, choice in group))
             draws.append((tuple(name for name, _ in group), st.sampled_from(tuple(product))))
@@ -218,44 +211,75 @@ def _argument_draws(rule: Any) -> tuple[tuple[tuple[str, ...], SearchStrategy[An
 
 
 class _RuleDraws(RuleStrategy):
-    """Hypothesis's choice of a rule and its arguments, with two changes: the
-    :data:`ALWAYS_ON` rules are never switched off by swarm testing, and a rule's
-    :class:`_Choice` arguments are drawn as one choice (see :func:`_argument_draws`).
+    """Hypothesis's draw of a rule and its arguments, made with fewer choices.
 
-    Rules are chosen as Hypothesis chooses them (its swarm feature flags, then a rule drawn
-    until one is valid and enabled), and arguments are returned by name in Hypothesis's
-    order, so its printed steps are unchanged."""
+    * Swarm testing as Hypothesis's: each example switches each rule off with a probability
+      drawn for the example, except the :data:`ALWAYS_ON` rules. Every rule's switch is
+      decided at the example's first step, once, rather than recorded again whenever the
+      rule is considered.
+    * The rule as Hypothesis draws it: an index over all rules, drawn again (up to three
+      times, then once over the rules that can run) while it names a rule that is switched
+      off or invalid (an empty bundle, a false precondition); so a choice names the same rule
+      in every state, and each rule that can run is equally likely.
+    * A rule's :class:`_Choice` arguments are drawn as one choice (see
+      :func:`_argument_draws`).
+    * The initialize rules (``start``) are drawn here too, before any other, in a random
+      order as Hypothesis draws them, but through strategies made once, not per example.
+
+    Arguments are returned by name in Hypothesis's order, so its printed steps are unchanged.
+    """
 
     def __init__(self, machine: RuleBasedStateMachine) -> None:
         super().__init__(machine)
-        # Swarm testing switches a random subset of rules off for each example (each rule
-        # off with a probability drawn per example), which starves examples of claims and
-        # boundary jumps.
-        names = frozenset(r.function.__name__ for r in self.rules)
-        self.enabled_rules_strategy = st.shared(
-            _CoreRulesAlwaysOn(at_least_one_of=names), key=("enabled rules", machine)
-        )
-        self._flags: FeatureFlags | None = None
-        self._enabled_rules = _rule_sampler(tuple(self.rules)).filter(self._enabled)
+        # Hypothesis draws the initialize rules only while this list holds them.
+        self._initializers: list[Any] = list(machine._initialize_rules_to_run)
+        machine._initialize_rules_to_run.clear()
+        self._names = tuple(r.function.__name__ for r in self.rules)
+        self._switched_on: frozenset[str] = frozenset()
+        self._runnable = _rule_sampler(tuple(self.rules)).filter(self._can_run)
 
-    def _enabled(self, rule: Any) -> bool:
-        # Validity first: is_enabled makes a choice, valid or not (as in Hypothesis).
-        assert self._flags is not None
-        return bool(self.is_valid(rule)) and self._flags.is_enabled(rule.function.__name__)
+    def _can_run(self, rule: Any) -> bool:
+        return rule.function.__name__ in self._switched_on and bool(self.is_valid(rule))
+
+    def _switches(self, data: Any) -> frozenset[str]:
+        flags = data.draw(_SWARM)
+        return frozenset(n for n in self._names if n in ALWAYS_ON or flags.is_enabled(n))
 
     def do_draw(self, data: Any) -> Any:
+        if self._initializers:
+            pending = self._initializers
+            rule = (
+                pending[data.draw(_index_below(len(pending)))] if len(pending) > 1 else pending[0]
+            )
+            pending.remove(rule)
+            return rule, _draw_arguments(data, rule, rule.arguments)
         if not any(self.is_valid(rule) for rule in self.rules):
             return super().do_draw(data)  # Hypothesis's report that no rule can run
-        self._flags = data.draw(self.enabled_rules_strategy)
-        rule = data.draw(self._enabled_rules)
-        drawn: dict[str, Any] = {}
-        for names, strategy in _argument_draws(rule):
-            value = data.draw(strategy)
-            if len(names) == 1:
-                drawn[names[0]] = value
-            else:
-                drawn.update(zip(names, value, strict=True))
-        return rule, {name: drawn[name] for name in rule.arguments_strategies}
+        if not self._switched_on:
+            self._switched_on = self._switches(data)
+        rule = data.draw(self._runnable)
+        return rule, _draw_arguments(data, rule, rule.arguments_strategies)
+
+
+def _draw_arguments(data: Any, rule: Any, order: dict[str, Any]) -> dict[str, Any]:
+    """``rule``'s arguments (see :func:`_argument_draws`), by name in ``order``."""
+    drawn: dict[str, Any] = {}
+    for names, strategy in _argument_draws(rule):
+        value = data.draw(strategy)
+        if len(names) == 1:
+            drawn[names[0]] = value
+        else:
+            drawn.update(zip(names, value, strict=True))
+    return {name: drawn[name] for name in order}
+
+
+#: Hypothesis's swarm testing: a probability drawn per example, each rule off with it.
+_SWARM = FeatureStrategy()
+
+
+@functools.cache
+def _index_below(count: int) -> SearchStrategy[int]:
+    return st.integers(0, count - 1)
 
 
 @functools.cache
@@ -267,8 +291,10 @@ def _rule_sampler(rules: tuple[Any, ...]) -> SearchStrategy[Any]:
 def _use_rule_draws(machine: RuleBasedStateMachine) -> None:
     # This reaches into Hypothesis's internals; if they change, its own draws remain.
     stock = getattr(machine, "_rules_strategy", None)
-    if type(stock) is RuleStrategy and all(
-        hasattr(stock, name) for name in ("rules", "is_valid", "enabled_rules_strategy")
+    if (
+        type(stock) is RuleStrategy
+        and all(hasattr(stock, name) for name in ("rules", "is_valid"))
+        and isinstance(getattr(machine, "_initialize_rules_to_run", None), list)
     ):
         machine._rules_strategy = _RuleDraws(machine)
 
