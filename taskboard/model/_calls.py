@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
 from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard, Task
 from taskboard._errors import (
@@ -87,19 +88,20 @@ class Call:
 
     def invoke(self, board: Board) -> Task | None:
         """Call this operation on ``board`` and return what it returned (or let it raise)."""
+        # No isinstance() against the optional protocols: a runtime Protocol check costs more
+        # than the call, and a board without the method raises AttributeError anyway.
         match self.op:
             case Op.CLAIM:
                 return board.claim(self.task_id, self.agent, ClaimRequest(self.ttl))
             case Op.RENEW:
-                assert isinstance(board, RenewingBoard)
-                return board.renew(self.task_id, self.token, ClaimRequest(self.ttl))
+                renewing = cast(RenewingBoard, board)
+                return renewing.renew(self.task_id, self.token, ClaimRequest(self.ttl))
             case Op.RELEASE:
                 board.release(self.task_id, self.token)
             case Op.COMPLETE:
                 board.complete(self.task_id, self.token)
             case Op.FAIL:
-                assert isinstance(board, FailingBoard)
-                board.fail(self.task_id, self.token)
+                cast(FailingBoard, board).fail(self.task_id, self.token)
         return None
 
     def __str__(self) -> str:
