@@ -224,16 +224,21 @@ class _RuleDraws(RuleStrategy):
     * A rule's :class:`_Choice` arguments are drawn as one choice (see
       :func:`_argument_draws`).
     * The initialize rules (``start``) are drawn here too, before any other, in a random
-      order as Hypothesis draws them, but through strategies made once, not per example.
+      order as Hypothesis draws them, but through strategies made once, not per example;
+      unless an invariant waits for them (a subclass's), when Hypothesis draws them itself.
 
     Arguments are returned by name in Hypothesis's order, so its printed steps are unchanged.
     """
 
     def __init__(self, machine: RuleBasedStateMachine) -> None:
         super().__init__(machine)
-        # Hypothesis draws the initialize rules only while this list holds them.
-        self._initializers: list[Any] = list(machine._initialize_rules_to_run)
-        machine._initialize_rules_to_run.clear()
+        self._initializers: list[Any] = []
+        # Hypothesis draws the initialize rules only while this list holds them, and holds
+        # back the invariants not checked during initialization until it is empty: a
+        # subclass's invariant that reads the board must not run before start().
+        if all(invariant.check_during_init for invariant in machine.invariants):
+            self._initializers = list(machine._initialize_rules_to_run)
+            machine._initialize_rules_to_run.clear()
         self._names = tuple(r.function.__name__ for r in self.rules)
         self._switched_on: frozenset[str] = frozenset()
         self._runnable = _rule_sampler(tuple(self.rules)).filter(self._can_run)
@@ -294,6 +299,7 @@ def _use_rule_draws(machine: RuleBasedStateMachine) -> None:
     if (
         type(stock) is RuleStrategy
         and all(hasattr(stock, name) for name in ("rules", "is_valid"))
+        and isinstance(getattr(machine, "invariants", None), list)
         and isinstance(getattr(machine, "_initialize_rules_to_run", None), list)
     ):
         machine._rules_strategy = _RuleDraws(machine)
