@@ -235,9 +235,9 @@ def test_machine_reaches_boundaries_takeovers_and_stale_tokens(
 
 @pytest.fixture(scope="module")
 def reached() -> Counter[tuple[str, str, str]]:
-    """The transitions 300 derandomized examples against MemoryBoard reach."""
+    """The transitions 400 derandomized examples against MemoryBoard reach."""
     CoverageMachine.reached.clear()
-    run_state_machine_as_test(CoverageMachine, settings=settings(QUICK, max_examples=300))
+    run_state_machine_as_test(CoverageMachine, settings=settings(QUICK, max_examples=400))
     return CoverageMachine.reached
 
 

@@ -299,7 +299,7 @@ def test_the_parallel_mode_restarts_in_the_prefix() -> None:
             ran.append("restart")
             return super().restart_storage(board)
 
-    run_parallel_state_machine(Counted, settings=settings(QUICK, max_examples=30))
+    run_parallel_state_machine(Counted, settings=settings(QUICK, max_examples=100))
     assert ran
 
 
