@@ -279,12 +279,17 @@ def test_at_expiry_lands_on_both_sides_of_until_outside_the_window() -> None:
 
     def listen(machine: BoardMachine) -> None:
         tokens = {label: token for token, label in machine._labels.items()}
+        # Each lease's until as the trace goes: a later renew may change it.
+        untils: dict[str, datetime | None] = {}
         for clock_step, call_step in itertools.pairwise(machine.trace):
+            task = clock_step.outcome.task if clock_step.outcome is not None else None
+            if task is not None and task.lease is not None:
+                untils[task.lease.token] = task.lease.until
             landed = re.search(r"(before|after) (L\d+)'s until", clock_step.note)
             if landed is None or call_step.window is None:
                 continue
             side, label = landed.groups()
-            until = machine._untils.get(tokens[label])
+            until = untils.get(tokens[label])
             assert until is not None
             if side == "before" and call_step.window.latest < until:
                 landings["before"] += 1
