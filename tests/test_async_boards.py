@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -179,15 +180,19 @@ def test_fuzz_runs_an_async_board_target(tmp_path: Path) -> None:
     assert report.transitions[("open", "claim", "ok")] > 0
 
 
-def test_a_call_from_another_thread_moves_the_loop_to_its_own_thread() -> None:
-    """A loop driver runs calls from its own thread in place; the first call from another
-    thread moves the loop to a thread of its own, where later calls run, from any thread."""
+@pytest.mark.parametrize("timeout", [None, timedelta(seconds=0.3)], ids=["untimed", "timed"])
+def test_a_call_from_another_thread_moves_the_loop_to_its_own_thread(
+    timeout: timedelta | None,
+) -> None:
+    """A loop driver runs calls from its own thread in place (the fast path, timed or not);
+    the first call from another thread moves the loop to a thread of its own, where later
+    calls run, as tasks, from any thread."""
     from taskboard._driver import LoopDriver
 
     async def where() -> threading.Thread:
         return threading.current_thread()
 
-    driver = LoopDriver(None)
+    driver = LoopDriver(timeout)
     try:
         assert driver.call(where) is threading.main_thread()
         seen: list[threading.Thread] = []

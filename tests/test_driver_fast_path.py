@@ -379,24 +379,3 @@ def test_a_coroutine_that_finishes_despite_the_cancellation_returns_its_result(
         return "slept"
 
     assert timed.call(stubborn) == "finished anyway"
-
-
-def test_calls_from_another_thread_still_go_through_the_loops_thread() -> None:
-    """The fast path is the home thread's only: once the loop has a thread of its own,
-    calls run there, as tasks, whichever thread makes them."""
-    driver = LoopDriver(TIMEOUT)
-
-    async def where() -> threading.Thread:
-        return threading.current_thread()
-
-    try:
-        assert driver.call(where) is threading.current_thread()
-        seen: list[threading.Thread] = []
-        other = threading.Thread(target=lambda: seen.append(driver.call(where)))
-        other.start()
-        other.join(10)
-        assert seen
-        assert seen[0] is not threading.current_thread()
-        assert driver.call(where) is seen[0]
-    finally:
-        driver.close()

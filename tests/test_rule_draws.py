@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import Phase, settings
 from hypothesis.stateful import RuleStrategy, invariant, run_state_machine_as_test
 
-from taskboard import Board, Clock, Task
-from taskboard.hosts.memory import MemoryBoard
 from taskboard.stateful import BoardMachine
 from taskboard.stateful._machine import (
     ALWAYS_ON,
@@ -24,20 +21,9 @@ from taskboard.stateful._machine import (
     _RuleDraws,
     _use_rule_draws,
 )
+from tests.test_machine import QUICK, MemoryMachine
 
-QUICK = settings(
-    max_examples=100,
-    database=None,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    phases=[Phase.generate],
-)
-
-
-class MemoryMachine(BoardMachine):
-    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
-        return MemoryBoard(tasks, clock)
+GENERATE_ONLY = settings(QUICK, phases=[Phase.generate])
 
 
 def rules_of(machine: type[BoardMachine]) -> dict[str, Any]:
@@ -106,7 +92,7 @@ def test_swarm_switches_rules_off_per_example_but_never_the_core_ones() -> None:
     """Each example switches some rules off, each rule outside ALWAYS_ON is off in some
     example and on in another, and claim, complete and at_expiry are never off."""
     SwitchRecorder.switched.clear()
-    run_state_machine_as_test(SwitchRecorder, settings=QUICK)
+    run_state_machine_as_test(SwitchRecorder, settings=GENERATE_ONLY)
     switched = SwitchRecorder.switched
     names = set(rules_of(SwitchRecorder))
     assert len(switched) > 50
@@ -131,7 +117,7 @@ def test_a_subclass_invariant_waits_for_start_as_in_hypothesis() -> None:
     """An invariant not checked during initialization first runs after start(), as
     Hypothesis runs it: the machine leaves start to Hypothesis then."""
     BoardInvariant.checked = 0
-    run_state_machine_as_test(BoardInvariant, settings=settings(QUICK, max_examples=10))
+    run_state_machine_as_test(BoardInvariant, settings=settings(GENERATE_ONLY, max_examples=10))
     assert BoardInvariant.checked > 0
 
 
