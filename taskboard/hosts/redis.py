@@ -469,6 +469,24 @@ class _Core:
         board._owns_client = True  # made here, or by the board from the URL: closed with it
         return board
 
+    def _client_for(self, url_or_client: Any) -> Any:
+        """The client this board runs its scripts on, given the constructor's
+        ``url_or_client``; sets :attr:`_address` and :attr:`_owns_client`."""
+        if isinstance(url_or_client, str):
+            self._address = url_or_client
+            self._owns_client = True
+            return self._url_client(url_or_client, self.board_id)
+        self._address = _settings(url_or_client.connection_pool)
+        self._owns_client = _may_retry(url_or_client.connection_pool)
+        # A client that retries could run a script twice: the board opens its own.
+        return self._new_client(self._address) if self._owns_client else url_or_client
+
+    @staticmethod
+    def _url_client(url: str, board_id: str) -> Any:
+        """A new client of the subclass's kind on ``url``, for board ``board_id``, with
+        :func:`_url_options`."""
+        raise NotImplementedError
+
     @staticmethod
     def _new_client(address: tuple[type[Any], dict[str, Any]]) -> Any:
         """A new client of the subclass's kind, with a pool of its own, on ``address``."""
@@ -646,18 +664,7 @@ class RedisBoard(_Core):
     ) -> None:
         super().__init__(tasks, clock, board_id, delete_on_close, fences)
         self._lock = threading.Lock()
-        self._client: redis.Redis
-        if isinstance(url_or_client, str):
-            self._address = url_or_client
-            self._client = redis.Redis.from_url(
-                url_or_client, **_url_options(self.board_id, redis.retry.Retry)
-            )
-            self._owns_client = True
-        else:
-            self._address = _settings(url_or_client.connection_pool)
-            self._owns_client = _may_retry(url_or_client.connection_pool)
-            # A client that retries could run a script twice: the board opens its own.
-            self._client = _sync_client(self._address) if self._owns_client else url_or_client
+        self._client: redis.Redis = self._client_for(url_or_client)
         try:
             self._scripts = {
                 name: self._client.register_script(source)
@@ -687,6 +694,10 @@ class RedisBoard(_Core):
         to the same ``board_id``, ``delete_on_close=False``, the same clock and fences.
         Closing it closes only its own client."""
         return self._client_of(self._address, self._clock, self.board_id, self.fences)
+
+    @staticmethod
+    def _url_client(url: str, board_id: str) -> redis.Redis:
+        return redis.Redis.from_url(url, **_url_options(board_id, redis.retry.Retry))
 
     @staticmethod
     def _new_client(address: tuple[type[Any], dict[str, Any]]) -> redis.Redis:
@@ -859,18 +870,7 @@ class AsyncRedisBoard(_Core):
         fences: Fences = "counter",
     ) -> None:
         super().__init__(tasks, clock, board_id, delete_on_close, fences)
-        self._client: redis.asyncio.Redis
-        if isinstance(url_or_client, str):
-            self._address = url_or_client
-            self._client = redis.asyncio.Redis.from_url(
-                url_or_client, **_url_options(self.board_id, redis.asyncio.retry.Retry)
-            )
-            self._owns_client = True
-        else:
-            self._address = _settings(url_or_client.connection_pool)
-            self._owns_client = _may_retry(url_or_client.connection_pool)
-            # A client that retries could run a script twice: the board opens its own.
-            self._client = _async_client(self._address) if self._owns_client else url_or_client
+        self._client: redis.asyncio.Redis = self._client_for(url_or_client)
         self._scripts = {
             name: self._client.register_script(source)
             for name, source in self._registered_sources().items()
@@ -941,6 +941,12 @@ class AsyncRedisBoard(_Core):
         if pending:
             self._initial_args, self._ready = list(pending), False
         return self
+
+    @staticmethod
+    def _url_client(url: str, board_id: str) -> redis.asyncio.Redis:
+        return redis.asyncio.Redis.from_url(
+            url, **_url_options(board_id, redis.asyncio.retry.Retry)
+        )
 
     @staticmethod
     def _new_client(address: tuple[type[Any], dict[str, Any]]) -> redis.asyncio.Redis:
