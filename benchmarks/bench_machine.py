@@ -21,6 +21,7 @@ from taskboard import Board, Clock, Task
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.model import Call, Outcome, Step
 from taskboard.stateful import BoardMachine
+from taskboard.stateful._session import Session
 
 
 class Checked(BoardMachine):
@@ -30,35 +31,36 @@ class Checked(BoardMachine):
         return MemoryBoard(tasks, clock)
 
 
-class Unchecked(Checked):
-    """The same rules and board calls, with the model and every check switched off."""
+class UncheckedSession(Session):
+    """A session that only calls the board: no model, no snapshot, no checks."""
 
-    def _perform(self, call: Call, ref: str = "") -> Outcome:
-        assert self.board is not None
+    def perform(self, call: Call, ref: str = "") -> Outcome:
         now = self.clock.now()
         try:
             outcome = Outcome.returned(call.invoke(self.board))
         except Exception as exc:
             outcome = Outcome.raised(exc)
         if outcome.ok and outcome.task is not None and outcome.task.lease is not None:
-            self._labels.setdefault(outcome.task.lease.token, f"L{len(self._labels) + 1}")
+            self.labels.setdefault(outcome.task.lease.token, f"L{len(self.labels) + 1}")
         self.trace.append(Step(len(self.trace) + 1, now, call, outcome))
         return outcome
 
-    def _observe(self, step: Step | None, snapshot: list[Task] | None = None) -> None:
+    def observe(self, step: Step | None, snapshot: list[Task] | None = None) -> None:
         pass
 
-    def _check_live_holders(self) -> None:
-        pass
-
-    def _expiring(self) -> list[tuple[str, str, datetime]]:
-        assert self.board is not None
+    def expiring(self) -> list[tuple[str, str, datetime]]:
         now = self.clock.now()
         return [
             (t.id, t.lease.token, t.lease.until)
             for t in self.board.list_tasks()
             if t.lease is not None and t.lease.until is not None and now < t.lease.until
         ]
+
+
+class Unchecked(Checked):
+    """The same rules and board calls, with the model and every check switched off."""
+
+    _session_class = UncheckedSession
 
 
 def measure(machine: type[BoardMachine], examples: int) -> tuple[int, float]:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.errors import Flaky
@@ -43,6 +43,7 @@ from taskboard.stateful import (
     run_parallel_state_machine,
     violations_in,
 )
+from taskboard.stateful._session import Session
 
 #: Correct boards run with the nemesis too: a false alarm there would void the table.
 NEMESIS_CONTROLS = (nemesis_mutants.FileBoard, nemesis_mutants.PeriodicSnapshotBoard)
@@ -72,17 +73,26 @@ def run_machine(
     first: list[tuple[int, float]] = []
     started = time.perf_counter()
 
+    class TimedSession(Session):
+        def fail_with(
+            self,
+            violation: ContractViolation,
+            step: Step | None,
+            *,
+            cause: BaseException | None = None,
+        ) -> NoReturn:
+            if not first:
+                first.append((made, time.perf_counter() - started))
+            super().fail_with(violation, step, cause=cause)
+
     class Machine(base):  # type: ignore[valid-type,misc]
+        _session_class = TimedSession
+
         def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
             nonlocal made
             made += 1
             result: Board = board(tasks, clock)
             return result
-
-        def _report(self, violation: ContractViolation, step: Step | None) -> ContractViolation:
-            if not first:
-                first.append((made, time.perf_counter() - started))
-            return super()._report(violation, step)
 
     run_settings = settings(
         max_examples=max_examples,

@@ -27,7 +27,8 @@ from taskboard import Board, Clock, Task
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.stateful import BoardMachine, ContractViolation
-from taskboard.stateful._machine import _LISTENERS, failures_reported
+from taskboard.stateful._reports import failures_reported
+from taskboard.stateful._session import ExampleStats, on_example_end
 
 Factory = Callable[[Sequence[Task], Clock], Board]
 
@@ -37,14 +38,11 @@ def counting() -> Iterator[list[int]]:
     """Steps per example of every machine run inside the block."""
     steps: list[int] = []
 
-    def listen(machine: BoardMachine) -> None:
-        steps.append(len(machine.trace))
+    def listen(example: ExampleStats) -> None:
+        steps.append(example.steps)
 
-    _LISTENERS.append(listen)
-    try:
+    with on_example_end(listen):
         yield steps
-    finally:
-        _LISTENERS.remove(listen)
 
 
 def run(machine: type[BoardMachine], examples: int, *, shrink: bool, seed_: int) -> float:

@@ -48,7 +48,7 @@ from taskboard._fuzz import fuzz
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.model import BoardModel, check_history
 from taskboard.stateful import BoardMachine
-from taskboard.stateful._machine import _LISTENERS
+from taskboard.stateful._session import ExampleStats, on_example_end
 
 TASK_IDS = ("t1", "t2", "t3")
 AGENTS = ("a1", "a2")
@@ -139,17 +139,14 @@ def machine_rate(machine: type[RuleBasedStateMachine], examples: int) -> float:
     """Steps per second of one derandomized run of ``examples`` examples."""
     counted = [0]
 
-    def count(finished: BoardMachine) -> None:
-        counted[0] += len(finished.trace)
+    def count(finished: ExampleStats) -> None:
+        counted[0] += finished.steps
 
     BareMachine.steps = 0
-    _LISTENERS.append(count)
-    try:
+    with on_example_end(count):
         started = time.perf_counter()
         run_state_machine_as_test(machine, settings=run_settings(examples))
         seconds = time.perf_counter() - started
-    finally:
-        _LISTENERS.remove(count)
     steps = BareMachine.steps if machine is BareMachine else counted[0]
     return steps / seconds
 

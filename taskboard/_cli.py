@@ -33,8 +33,8 @@ from taskboard._fuzz import (
     parse_budget,
 )
 from taskboard._fuzz import resolve_target as _resolve_target
-from taskboard.stateful._machine import InfrastructureFault
 from taskboard.stateful._replay import missing_nemesis, replay_trace
+from taskboard.stateful._reports import InfrastructureFault
 from taskboard.stateful._tracefile import (
     TRACE_DIR_ENV,
     TraceFileError,

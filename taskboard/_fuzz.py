@@ -34,22 +34,18 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskboard._clock import CLOCK_MODES, SystemClock
+from taskboard._clock import CLOCK_MODES, ManualClock, SystemClock
 from taskboard._contract import Task
-from taskboard._driver import CORE_METHODS
+from taskboard._driver import CORE_METHODS, close_driven, make_driven
 from taskboard._profiles import NIGHTLY
 from taskboard.model import ContractViolation, violations_in
 from taskboard.model._model import errors_in
-from taskboard.stateful._machine import (
-    _LISTENERS,
-    TASK_IDS,
-    BoardMachine,
-    InfrastructureFault,
-    failures_reported,
-    grid_start,
-)
+from taskboard.stateful._generation import TASK_IDS, grid_start
+from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._parallel import RUNS_PER_PROGRAM, run_parallel_state_machine
 from taskboard.stateful._processes import address_of
+from taskboard.stateful._reports import InfrastructureFault, failures_reported
+from taskboard.stateful._session import ExampleStats, on_example_end
 from taskboard.stateful._trace import NEMESIS_HOOKS
 
 __all__ = [
@@ -389,21 +385,18 @@ def _interruptible(report: FuzzReport) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _listening(report: FuzzReport, tick: Callable[[], None]) -> Iterator[None]:
-    def listener(machine: BoardMachine) -> None:
-        if machine.in_parallel_program:
+    def listener(stats: ExampleStats) -> None:
+        if stats.parallel:
             report.parallel_runs += 1
         else:
             report.examples += 1
-        report.steps += len(machine.trace)
-        report.transitions.update(machine.transitions)
-        report.concurrent_calls.update(machine.concurrent_calls)
+        report.steps += stats.steps
+        report.transitions.update(stats.transitions)
+        report.concurrent_calls.update(stats.concurrent_calls)
         tick()
 
-    _LISTENERS.append(listener)
-    try:
+    with on_example_end(listener):
         yield
-    finally:
-        _LISTENERS.remove(listener)
 
 
 def _run_batches(
@@ -539,12 +532,13 @@ def probe_board(machine: type[BoardMachine], target: str, *, pickles: bool) -> N
             pickle.
     """
     probe = machine()
+    clock = ManualClock(grid_start(probe.config.resolution))
+    tasks = [Task(task_id) for task_id in TASK_IDS]
     try:
-        with contextlib.suppress(Exception):  # the run will meet it again and report it
-            probe._begin([Task(task_id) for task_id in TASK_IDS], grid_start(probe.tick))
-        made = getattr(probe, "made_board", None)
-        if made is None:
-            return
+        made, _, driver = make_driven(probe.make_board, (tasks, clock), probe.config.call_timeout)
+    except Exception:  # the run will meet it again and report it
+        return
+    try:
         missing = _missing_operations(made)
         if missing:
             raise UsageError(
@@ -558,7 +552,7 @@ def probe_board(machine: type[BoardMachine], target: str, *, pickles: bool) -> N
                 raise UsageError(str(exc)) from None
     finally:
         with contextlib.suppress(Exception):
-            probe.teardown()
+            close_driven(probe.close_board, made, driver)
 
 
 def check_options(

@@ -317,10 +317,12 @@ def test_client_race_mutant_caught_only_with_clients(mutant: Any, tmp_path: Path
 def test_processes_run_each_thread_in_its_own_process(tmp_path: Path) -> None:
     """With parallel_processes a file-backed SQLiteBoard passes, and a claim whose atomicity
     lives in the client object is caught across processes."""
-    good = BoardMachine.for_board(_file_factory(SQLiteBoard, tmp_path), parallel_processes=True)
+    good = BoardMachine.for_board(
+        _file_factory(SQLiteBoard, tmp_path / "good"), parallel_processes=True
+    )
     run_parallel_state_machine(good, settings=settings(FEW, max_examples=5))
     bad = BoardMachine.for_board(
-        _file_factory(ClientLockedClaim, tmp_path), parallel_processes=True
+        _file_factory(ClientLockedClaim, tmp_path / "bad"), parallel_processes=True
     )
     with pytest.raises(ContractViolation, match="each in a process of its own"):
         run_parallel_state_machine(bad, settings=settings(FEW, max_examples=60))

@@ -30,6 +30,7 @@ from taskboard.stateful import (
     trace_to_json,
     write_trace,
 )
+from taskboard.stateful._session import Session
 
 QUICK = settings(
     max_examples=30, derandomize=True, database=None, deadline=None,
@@ -84,7 +85,10 @@ def test_a_lease_the_board_starts_with_can_be_taken_over() -> None:
     machine = StartsClaimed()
     start = datetime(2026, 1, 1, tzinfo=UTC)
     old = Lease("initial-token", 4, start - timedelta(seconds=1))
-    machine._begin([Task("t1", state=State.CLAIMED, owner="a0", lease=old)], start)
+    machine.session = Session(
+        machine, [Task("t1", state=State.CLAIMED, owner="a0", lease=old)], start
+    )
+    machine.session.observe(None)
     machine.claim("t1", "a1", 5)
     machine.teardown()
 

@@ -33,7 +33,7 @@ from taskboard import (
 )
 from taskboard._profiles import CI
 from taskboard.stateful import BoardMachine, ContractViolation
-from taskboard.stateful._machine import failures_reported
+from taskboard.stateful._reports import failures_reported
 from tests.lock_boards import (
     DeleteOthersLock,
     LockBoard,

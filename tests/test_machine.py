@@ -16,7 +16,7 @@ from taskboard import Board, ClaimRequest, Clock, Task
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.stateful import BoardMachine, ContractViolation
-from taskboard.stateful._machine import LeaseRef
+from taskboard.stateful._generation import LeaseRef
 
 QUICK = settings(
     max_examples=100,

@@ -10,16 +10,14 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import RuleStrategy, invariant, run_state_machine_as_test
 
 from taskboard.stateful import BoardMachine
-from taskboard.stateful._machine import (
+from taskboard.stateful._generation import GRAPH_PLANS, graph_of, is_acyclic
+from taskboard.stateful._hypothesis import (
     ALWAYS_ON,
-    GRAPH_PLANS,
     JOINT_CHOICES,
-    _argument_draws,
-    _Choice,
-    _graph,
-    _is_acyclic,
-    _RuleDraws,
-    _use_rule_draws,
+    Choice,
+    RuleDraws,
+    argument_draws,
+    use_rule_draws,
 )
 from tests.test_machine import QUICK, MemoryMachine
 
@@ -32,9 +30,9 @@ def rules_of(machine: type[BoardMachine]) -> dict[str, Any]:
 
 
 def test_machine_draws_through_its_own_rule_strategy() -> None:
-    """A BoardMachine draws its steps through _RuleDraws, with start left to it."""
+    """A BoardMachine draws its steps through RuleDraws, with start left to it."""
     machine = MemoryMachine()
-    assert isinstance(machine._rules_strategy, _RuleDraws)
+    assert isinstance(machine._rules_strategy, RuleDraws)
     assert machine._initialize_rules_to_run == []
 
 
@@ -42,14 +40,14 @@ def test_each_argument_is_drawn_once_in_joint_choices_of_at_most_256() -> None:
     """Every rule's arguments are drawn once each, consecutive sampled ones jointly, in
     groups of at most JOINT_CHOICES combinations."""
     for name, rule in rules_of(MemoryMachine).items():
-        draws = _argument_draws(rule)
+        draws = argument_draws(rule)
         names = [n for group, _ in draws for n in group]
         assert sorted(names) == sorted(rule.arguments_strategies), name
         for group, _ in draws:
             sizes = [
                 len(rule.arguments_strategies[n].values)
                 for n in group
-                if isinstance(rule.arguments_strategies[n], _Choice)
+                if isinstance(rule.arguments_strategies[n], Choice)
             ]
             assert len(group) == 1 or math.prod(sizes) <= JOINT_CHOICES, (name, group)
 
@@ -58,7 +56,7 @@ def test_claim_arguments_are_one_choice_over_their_whole_product_first_values_fi
     """claim's task, agent and ttl are one choice over every combination, shrinking to the
     first value of each, as three sampled_from draws would (in Hypothesis's order)."""
     rule = rules_of(MemoryMachine)["claim"]
-    ((names, strategy),) = _argument_draws(rule)
+    ((names, strategy),) = argument_draws(rule)
     assert names == tuple(rule.arguments_strategies)
     assert sorted(names) == ["agent", "task", "ttl_ticks"]
     choices = [rule.arguments_strategies[n].values for n in names]
@@ -70,9 +68,9 @@ def test_claim_arguments_are_one_choice_over_their_whole_product_first_values_fi
 def test_every_drawn_graph_is_acyclic_and_the_first_has_no_edges() -> None:
     """Each (shape, relabelling) plan gives an acyclic graph, the first none at all, and
     the known-graph shortcut still finds a cycle in a graph no plan gives."""
-    assert all(_is_acyclic(_graph(plan), known=False) for plan in GRAPH_PLANS)
-    assert _graph(GRAPH_PLANS[0]) == {"t1": (), "t2": (), "t3": ()}
-    assert not _is_acyclic({"t1": ("t2",), "t2": ("t1",), "t3": ()})
+    assert all(is_acyclic(graph_of(plan), known=False) for plan in GRAPH_PLANS)
+    assert graph_of(GRAPH_PLANS[0]) == {"t1": (), "t2": (), "t3": ()}
+    assert not is_acyclic({"t1": ("t2",), "t2": ("t1",), "t3": ()})
 
 
 class SwitchRecorder(MemoryMachine):
@@ -82,7 +80,7 @@ class SwitchRecorder(MemoryMachine):
 
     def teardown(self) -> None:
         strategy = self._rules_strategy
-        assert isinstance(strategy, _RuleDraws)
+        assert isinstance(strategy, RuleDraws)
         if strategy._switched_on:
             self.switched.append(strategy._switched_on)
         super().teardown()
@@ -122,12 +120,12 @@ def test_a_subclass_invariant_waits_for_start_as_in_hypothesis() -> None:
 
 
 def test_an_unknown_rule_strategy_is_left_alone() -> None:
-    """If Hypothesis's rule strategy is not the one _RuleDraws knows, it stays in use."""
+    """If Hypothesis's rule strategy is not the one RuleDraws knows, it stays in use."""
 
     class Strange(RuleStrategy):
         pass
 
     machine = MemoryMachine()
     machine._rules_strategy = strange = Strange(machine)
-    _use_rule_draws(machine)
+    use_rule_draws(machine)
     assert machine._rules_strategy is strange

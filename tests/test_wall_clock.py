@@ -3,6 +3,7 @@ traces, replay and CLI on boards that keep their own time. No servers needed her
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -60,8 +61,10 @@ from taskboard.stateful import (
     run_parallel_state_machine,
     trace_to_json,
 )
-from taskboard.stateful._machine import _LISTENERS, failures_reported, wall_ttl_unit
+from taskboard.stateful._config import wall_ttl_unit
 from taskboard.stateful._replay import _RecordedUntils
+from taskboard.stateful._reports import failures_reported
+from taskboard.stateful._session import ExampleStats, Session, end_example, on_example_end
 from taskboard.stateful._trace import format_offset
 
 MS = timedelta(milliseconds=1)
@@ -277,11 +280,11 @@ def test_at_expiry_lands_on_both_sides_of_until_outside_the_window() -> None:
     call that follows has its whole window on that side."""
     landings: dict[str, int] = {"before": 0, "after": 0}
 
-    def listen(machine: BoardMachine) -> None:
-        tokens = {label: token for token, label in machine._labels.items()}
+    def listen(example: ExampleStats) -> None:
+        tokens = {label: token for token, label in example.labels.items()}
         # Each lease's until as the trace goes: a later renew may change it.
         untils: dict[str, datetime | None] = {}
-        for clock_step, call_step in itertools.pairwise(machine.trace):
+        for clock_step, call_step in itertools.pairwise(example.trace):
             task = clock_step.outcome.task if clock_step.outcome is not None else None
             if task is not None and task.lease is not None:
                 untils[task.lease.token] = task.lease.until
@@ -296,11 +299,8 @@ def test_at_expiry_lands_on_both_sides_of_until_outside_the_window() -> None:
             if side == "after" and call_step.window.earliest > until:
                 landings["after"] += 1
 
-    _LISTENERS.append(listen)
-    try:
+    with on_example_end(listen):
         run_state_machine_as_test(wall(MemoryBoard), settings=settings(WALL, max_examples=40))
-    finally:
-        _LISTENERS.remove(listen)
     assert landings["before"] > 0
     assert landings["after"] > 0
 
@@ -564,11 +564,10 @@ def test_an_unrepeated_parallel_failure_still_writes_its_trace(tmp_path: Path) -
 def test_replay_lands_as_far_from_the_replayed_until_as_recorded() -> None:
     """A wall-clock replay moves a landing near a lease's until to the same offset from that
     lease's until on the new board, not from the start."""
-    machine = wall(MemoryBoard)()
+    session = Session(wall(MemoryBoard)(), [Task("t1")], T0)
     try:
-        machine._begin([Task("t1")], T0)
-        machine._perform(Call(Op.CLAIM, "t1", agent="a1", ttl=50 * MS))
-        replayed_until = machine._untils[next(iter(machine._labels))]
+        session.perform(Call(Op.CLAIM, "t1", agent="a1", ttl=50 * MS))
+        replayed_until = session.untils[next(iter(session.labels))]
         assert replayed_until is not None
         leases = _RecordedUntils()
         recorded_until = T0 + 20 * MS
@@ -576,10 +575,10 @@ def test_replay_lands_as_far_from_the_replayed_until_as_recorded() -> None:
         claimed = Task("t1", state=State.CLAIMED, owner="a1", lease=lease, seq=1)
         leases.follow(Step(1, T0, CLAIM_A2, Outcome(task=claimed)))
         landing = Step(2, T0 + 5 * MS, advance=17 * MS, note="to 2ms after L1's until")
-        assert leases.anchored(landing, machine) == replayed_until + 2 * MS
-        assert leases.anchored(dataclasses.replace(landing, note=""), machine) is None
+        assert leases.anchored(landing, session) == replayed_until + 2 * MS
+        assert leases.anchored(dataclasses.replace(landing, note=""), session) is None
     finally:
-        machine.teardown()
+        end_example(session)
 
 
 def test_a_wall_regression_test_warns_that_timing_may_not_repeat(tmp_path: Path) -> None:
@@ -597,11 +596,13 @@ def test_a_replay_that_drew_differently_reports_the_violation_seen() -> None:
     from hypothesis.errors import FlakyStrategyDefinition
 
     machine_cls = BoardMachine.for_board(MemoryBoard, clock_mode="wall", trace_target="")
-    machine = machine_cls()
 
     def run_reporting_then_drawing_differently() -> None:
         with failures_reported(machine_cls):
-            machine._report(ContractViolation("SPEC 3.1", "TakenError", "a lease"), None)
+            session = Session(machine_cls(), [Task("t1")], T0)
+            with contextlib.suppress(ContractViolation):
+                session.fail_with(ContractViolation("SPEC 3.1", "TakenError", "a lease"), None)
+            end_example(session)
             raise FlakyStrategyDefinition("Inconsistent data generation!")
 
     with pytest.raises(ContractViolation, match="did not recur") as caught:

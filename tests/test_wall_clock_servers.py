@@ -21,7 +21,7 @@ from taskboard.hosts.postgres import PostgresBoard
 from taskboard.hosts.redis import RedisBoard
 from taskboard.hosts.server_mutants import SERVER_CLOCK_MUTANTS
 from taskboard.stateful import BoardMachine, ContractViolation
-from taskboard.stateful._machine import failures_reported
+from taskboard.stateful._reports import failures_reported
 
 #: The depth the issue asks of the server-clock hosts: 300 sequential examples, 100 parallel
 #: programs (each run three times) and 20 rounds of each criterion (the suite's default).

@@ -24,13 +24,11 @@ from taskboard._errors import (
 )
 from taskboard.model import ExpiredLeasePolicy
 from taskboard.stateful import BoardMachine, run_parallel_state_machine
-from taskboard.stateful._machine import (
-    close_own,
-    failures_reported,
-    grid_start,
-    sleep_until,
-    wall_ttl_unit,
-)
+from taskboard.stateful._config import wall_ttl_unit
+from taskboard.stateful._generation import grid_start
+from taskboard.stateful._machine import close_own
+from taskboard.stateful._reports import failures_reported
+from taskboard.stateful._session import sleep_until
 from taskboard.stateful._trace import NEMESIS_HOOKS
 
 __all__ = ["BoardContract"]

@@ -80,12 +80,15 @@ class ContractViolation(AssertionError):
     trace_file: str | None = None
     #: The run as a ``taskboard.stateful.Trace``, kept by the machine in case it does not recur.
     recording: Any = None
+    #: The machine's whole report of it (a value of ``taskboard.stateful``), when it made one.
+    report: Any = None
 
-    def __init__(self, clause: str, expected: str, observed: str) -> None:
+    def __init__(self, clause: str, expected: str, observed: str, *, report: str = "") -> None:
         self.clause = clause
         self.expected = expected
         self.observed = observed
-        super().__init__(f"{clause}: expected {expected}; the board {observed}")
+        # ``report``: the whole text a checker made of it (the step, the trace, ...).
+        super().__init__(report or f"{clause}: expected {expected}; the board {observed}")
 
 
 def violations_in(error: BaseException | None) -> list[ContractViolation]:

@@ -6,9 +6,10 @@ Also the trace files a failure leaves behind, and their replay against any board
 from taskboard._driver import CallTimeoutError
 from taskboard._public import show_public_paths
 from taskboard.model import ContractViolation, violations_in
-from taskboard.stateful._machine import BoardMachine, InfrastructureFault
+from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._parallel import run_parallel_state_machine
 from taskboard.stateful._replay import ReplayResult, replay_trace
+from taskboard.stateful._reports import InfrastructureFault
 from taskboard.stateful._timeline import timeline_html
 from taskboard.stateful._tracefile import (
     SCHEMA_VERSION,

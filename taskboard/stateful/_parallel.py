@@ -23,12 +23,11 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from hypothesis import given, seed, settings
+from hypothesis import given, settings
 from hypothesis import settings as type_settings
 from hypothesis import strategies as st
-from hypothesis.internal.reflection import function_digest
 
-from taskboard._contract import Task
+from taskboard._contract import Board, Task
 from taskboard._driver import CallTimeoutError, start_line
 from taskboard.model import (
     Call,
@@ -41,29 +40,34 @@ from taskboard.model import (
     check_history,
 )
 from taskboard.model._calls import is_infrastructure_fault
-from taskboard.stateful._machine import (
+from taskboard.stateful._config import MachineConfig
+from taskboard.stateful._generation import (
     AGENTS,
     NEVER_ISSUED,
     TASK_IDS,
-    WALL_LONGEST_WAIT,
-    BoardMachine,
-    _in_final_replay,
-    _raise_fault,
     dependency_graphs,
-    failures_reported,
     grid_start,
 )
-from taskboard.stateful._processes import run_in_processes
-from taskboard.stateful._timeline import _lane, _us, timeline_html
-from taskboard.stateful._trace import NEMESIS_HOOKS, format_offset, render_call
-from taskboard.stateful._tracefile import (
-    ParallelOp,
-    ParallelProgram,
-    Verdict,
-    write_trace,
+from taskboard.stateful._hypothesis import (
+    carry_seed_and_reproduction,
+    database_key,
+    in_final_replay,
+    key_database_by,
 )
+from taskboard.stateful._processes import run_in_processes
+from taskboard.stateful._reports import Report, failures_reported, record_failure
+from taskboard.stateful._session import (
+    WALL_LONGEST_WAIT,
+    MachineHooks,
+    Session,
+    end_example,
+)
+from taskboard.stateful._timeline import lane_name, micros_text, timeline_html
+from taskboard.stateful._trace import NEMESIS_HOOKS, format_offset, render_call
+from taskboard.stateful._tracefile import ParallelOp, ParallelProgram, Verdict
 
 __all__ = [
+    "RUNS_PER_PROGRAM",
     "ParallelOp",
     "ParallelProgram",
     "parallel_test_case",
@@ -155,13 +159,18 @@ def _thread_lists(draw: st.DrawFn) -> tuple[tuple[ParallelOp, ...], ...]:
     return (first, *others)
 
 
+#: What the parallel mode runs: a machine class, each instance of which gives a run its hooks.
+MachineClass = type[MachineHooks]
+
+
 def run_parallel_state_machine(
-    machine_cls: type[BoardMachine], *, settings: settings | None = None
+    machine_cls: MachineClass, *, settings: settings | None = None
 ) -> None:
     """Run ``machine_cls``'s board in parallel mode, as Hypothesis's
     ``run_state_machine_as_test`` runs the sequential one.
 
-    Each drawn program runs :data:`RUNS_PER_PROGRAM` times on fresh boards.
+    Each drawn program runs :data:`RUNS_PER_PROGRAM` times on fresh boards. ``@seed`` and
+    ``@reproduce_failure`` on the machine class apply, as they do to its ``TestCase``.
 
     Raises:
         ContractViolation: the prefix broke the contract, or a concurrent history has no
@@ -174,7 +183,7 @@ def run_parallel_state_machine(
             try:
                 run_program(machine_cls, program)
             except ContractViolation:
-                if not _in_final_replay():
+                if not in_final_replay():
                     raise
                 # Hypothesis has shrunk the program; now move what need not be concurrent
                 # into the prefix, and report the simplest program that still fails.
@@ -183,11 +192,9 @@ def run_parallel_state_machine(
                 raise
 
     # Keys the example database by machine, as Hypothesis does for state machines.
-    run._hypothesis_internal_add_digest = function_digest(machine_cls)  # type: ignore[attr-defined]
-    test = given(programs(machine_cls.nemesis_hooks()))(run)
-    chosen_seed = getattr(machine_cls, "_hypothesis_internal_use_seed", None)
-    if chosen_seed is not None:  # set by hypothesis.seed(...) on the machine class, as fuzz does
-        test = seed(chosen_seed)(test)
+    key_database_by(run, database_key(machine_cls))
+    test = given(programs(MachineConfig.of(machine_cls).nemesis))(run)
+    test = carry_seed_and_reproduction(machine_cls, test)
     # An example is three whole runs with threads: no per-example deadline applies.
     test = type_settings(settings or type_settings(), deadline=None)(test)
     with failures_reported(machine_cls):
@@ -195,53 +202,52 @@ def run_parallel_state_machine(
 
 
 def run_program(
-    machine_cls: type[BoardMachine], program: ParallelProgram, *, record: bool = True
+    machine_cls: MachineClass, program: ParallelProgram, *, record: bool = True
 ) -> None:
     """Run one program once on a fresh board and check its concurrent history.
 
     With ``record``, a violation in Hypothesis's final replay is written to the trace
     directory, if one is configured.
     """
-    machine = machine_cls()
-    machine.in_parallel_program = True
+    session: Session | None = None
     try:
+        hooks = machine_cls()
         tasks = [Task(id=t, title=f"task {t}", deps=program.deps[t]) for t in TASK_IDS]
-        machine._begin(tasks, grid_start(machine.tick))
+        session = Session(hooks, tasks, grid_start(hooks.config.resolution), parallel=True)
+        session.observe(None)
         for op in program.prefix:
             if op.op == "advance":
-                machine._move_clock(machine.clock.now() + op.ttl_ticks * machine.ttl_unit, "")
+                session.move_clock(session.clock.now() + op.ttl_ticks * session.ttl_unit, "")
             elif op.op == "expiry":
-                _move_to_expiry(machine, op)
+                _move_to_expiry(session, op)
             elif op.op in NEMESIS_HOOKS:
-                machine.run_nemesis(op.op)
-            elif op.op == "claim" or machine._supports(op.op):
-                machine._perform(_call(machine, op, {}))
-        history, snapshot = _run_threads(machine, program.threads)
-        machine.concurrent_calls.update(
+                session.run_nemesis(op.op)
+            elif op.op == "claim" or session.supports(op.op):
+                session.perform(_call(session, op, {}))
+        history, snapshot = _run_threads(session, program.threads)
+        session.concurrent_calls.update(
             (op.call.op.value, "ambiguous" if op.outcome is None else op.outcome.error or "ok")
             for op in history
         )
-        result = check_history(machine.model, history, machine.clock.now(), final_snapshot=snapshot)
+        result = check_history(session.model, history, session.clock.now(), final_snapshot=snapshot)
         if result.verdict == "unknown":
             raise TimeoutError(
                 f"the linearizability check of a {len(history)}-call history ran out of time: "
                 "the run is inconclusive, not a pass"
             )
         if result.verdict == "not linearizable":
-            violation = _report(machine, program, history, result)
-            verdict = Verdict(
-                None, violation.clause, violation.expected, violation.observed, str(violation)
+            clients = session.config.clients or session.config.processes
+            report = record_failure(
+                session.run,
+                _report(session, program, history, result),
+                timeline_html(history, result, clients=clients),
+                record=record,
             )
-            # The program as a trace file, kept in case the race does not recur when replayed.
-            violation.recording = dataclasses.replace(
-                machine.to_trace(verdict), steps=(), program=program
-            )
-            directory = machine._failure_record_dir() if record else None
-            if directory:
-                _write_records(machine, program, history, result, violation, directory)
-            raise violation
+            error = report.error()
+            session.failure = error
+            raise error
     finally:
-        machine.teardown()
+        end_example(session, parallel=True)
 
 
 #: On the wall clock, how far before a lease's until the threads of an expiry race start, per
@@ -249,39 +255,39 @@ def run_program(
 EXPIRY_LEAD = timedelta(microseconds=500)
 
 
-def _move_to_expiry(machine: BoardMachine, op: ParallelOp) -> None:
+def _move_to_expiry(session: Session, op: ParallelOp) -> None:
     """Move the clock to ``op.task``'s lease's until (``ttl_ticks`` 0) or one tick before it, so
     the threads race at its expiry. On the wall clock, sleep to ``ttl_ticks + 1`` times
     :data:`EXPIRY_LEAD` before it, so that the threads run across it. No lease ending soon:
     no move."""
-    task = machine.model.task(op.task)
+    task = session.model.task(op.task)
     lease = task.lease if task is not None else None
-    now = machine.clock.now()
+    now = session.clock.now()
     if lease is None or lease.until is None or lease.until <= now:
         return
     until = lease.until
-    if machine.wall:
-        if until - now > WALL_LONGEST_WAIT * machine.ttl_unit:
+    if session.wall:
+        if until - now > WALL_LONGEST_WAIT * session.ttl_unit:
             return
         lead = (op.ttl_ticks + 1) * EXPIRY_LEAD
         target, where = until - lead, f"{format_offset(lead)} before"
     elif op.ttl_ticks == 0:
         target, where = until, "exactly at"
     else:
-        target, where = until - machine.tick, "one tick before"
-    label = machine._label(lease.token)
-    machine._move_clock(max(target, now), f"to {where} {label}'s until, for the threads")
+        target, where = until - session.tick, "one tick before"
+    label = session.label(lease.token)
+    session.move_clock(max(target, now), f"to {where} {label}'s until, for the threads")
 
 
 def _rerun(
-    machine_cls: type[BoardMachine], program: ParallelProgram, *, attempts: int, record: bool
+    machine_cls: MachineClass, program: ParallelProgram, *, attempts: int, record: bool
 ) -> None:
     """Run ``program`` up to ``attempts`` times; its first violation propagates."""
     for _ in range(attempts):
         run_program(machine_cls, program, record=record)
 
 
-def _fails(machine_cls: type[BoardMachine], program: ParallelProgram) -> bool:
+def _fails(machine_cls: MachineClass, program: ParallelProgram) -> bool:
     try:
         _rerun(machine_cls, program, attempts=2 * RUNS_PER_PROGRAM, record=False)
     except ContractViolation:
@@ -290,7 +296,7 @@ def _fails(machine_cls: type[BoardMachine], program: ParallelProgram) -> bool:
 
 
 def _move_into_prefix(
-    machine_cls: type[BoardMachine], program: ParallelProgram, budget: float = 10.0
+    machine_cls: MachineClass, program: ParallelProgram, budget: float = 10.0
 ) -> ParallelProgram:
     """Move threads' first operations into the prefix while the program still fails.
 
@@ -317,36 +323,35 @@ def _move_into_prefix(
     return program
 
 
-def _call(machine: BoardMachine, op: ParallelOp, mine: dict[str, str]) -> Call:
-    ttl = op.ttl_ticks * machine.ttl_unit
+def _call(session: Session, op: ParallelOp, mine: dict[str, str]) -> Call:
+    ttl = op.ttl_ticks * session.ttl_unit
     if op.op == "claim":
         return Call(Op.CLAIM, op.task, agent=op.agent, ttl=ttl)
     if op.token == "mine" and op.task in mine:
         token = mine[op.task]
     else:
         holder = "previous" if op.token == "previous" else "latest"
-        token = machine._token_of(op.task, holder) or NEVER_ISSUED
+        token = session.token_of(op.task, holder) or NEVER_ISSUED
     return Call(Op(op.op), op.task, token=token, ttl=ttl)
 
 
 def _run_threads(
-    machine: BoardMachine, threads: Sequence[Sequence[ParallelOp]]
+    session: Session, threads: Sequence[Sequence[ParallelOp]]
 ) -> tuple[list[Operation], list[Any]]:
-    assert machine.board is not None
-    board = machine.board
-    clock, wall, skew = machine.clock, machine.wall, machine.skew
+    board = session.board
+    clock, wall, skew = session.clock, session.wall, session.skew
+    supported = [
+        [op for op in ops if op.op == "claim" or session.supports(op.op)] for ops in threads
+    ]
+    if session.config.processes:
+        return _run_processes(session, supported)
     # SPEC 8: with clients, every thread calls a client of its own, as another process would.
-    clients = machine.open_clients(len(threads)) if machine.has_clients() else []
-    callers = [client for _, client in clients] or [board] * len(threads)
+    clients = session.open_clients(len(threads)) if session.config.clients else []
+    callers: list[Board] = [client for _, client in clients] or [board] * len(threads)
     barrier = threading.Barrier(len(threads))
     records: list[list[Operation]] = [[] for _ in threads]
     ids = iter(range(10**9))
     id_lock = threading.Lock()
-    supported = [
-        [op for op in ops if op.op == "claim" or machine._supports(op.op)] for ops in threads
-    ]
-    if type(machine).parallel_processes:
-        return _run_processes(machine, supported)
 
     def work(index: int) -> None:
         mine: dict[str, str] = {}
@@ -355,7 +360,7 @@ def _run_threads(
         except threading.BrokenBarrierError:
             return
         for op in supported[index]:
-            call = _call(machine, op, mine)
+            call = _call(session, op, mine)
             started = clock.now()
             invoked = time.monotonic()
             outcome: Outcome | None
@@ -384,11 +389,11 @@ def _run_threads(
         hung = CallTimeoutError(
             f"the racing threads' calls did not return within {THREAD_TIMEOUT:g} s"
         )
-        _raise_fault(machine._fault(hung, None, "the racing threads"))
+        session.fail_with_fault(hung, None, "the racing threads")
     try:
-        snapshot = machine._snapshot(None)
+        snapshot = session.snapshot(None)
     finally:
-        machine.close_clients(clients)
+        session.close_clients(clients)
     history = [op for ops in records for op in ops]
     if wall:
         ended = clock.now()
@@ -402,27 +407,27 @@ def _run_threads(
 
 
 def _run_processes(
-    machine: BoardMachine, threads: Sequence[Sequence[ParallelOp]]
+    session: Session, threads: Sequence[Sequence[ParallelOp]]
 ) -> tuple[list[Operation], list[Any]]:
     """Each thread of the program in a worker process of its own, on a client it opens from
     the board's address (SPEC 8); the history as :func:`_run_threads` makes it."""
-    calls = [[(op, _call(machine, op, {})) for op in ops] for ops in threads if ops]
+    calls = [[(op, _call(session, op, {})) for op in ops] for ops in threads if ops]
     try:
-        records = run_in_processes(machine.made_board, calls, THREAD_TIMEOUT)
+        records = run_in_processes(session.made_board, calls, THREAD_TIMEOUT)
     except TypeError:
         raise
     except Exception as exc:
-        _raise_fault(machine._fault(exc, None, "a worker process"))
+        session.fail_with_fault(exc, None, "a worker process")
     if records is None:
         hung = CallTimeoutError(
             f"the worker processes' calls did not return within {THREAD_TIMEOUT:g} s"
         )
-        _raise_fault(machine._fault(hung, None, "the worker processes"))
+        session.fail_with_fault(hung, None, "the worker processes")
     made = sorted(
         ((thread, record) for thread, done in enumerate(records) for record in done),
         key=lambda item: item[1].invoked,
     )
-    ended = machine.clock.now()
+    ended = session.clock.now()
     history = [
         Operation(
             op_id,
@@ -432,22 +437,28 @@ def _run_processes(
             record.invoked,
             record.returned,
             None
-            if not machine.wall
+            if not session.wall
             else Window.around(
-                record.started, record.ended if record.outcome is not None else ended, machine.skew
+                record.started, record.ended if record.outcome is not None else ended, session.skew
             ),
         )
         for op_id, (thread, record) in enumerate(made)
     ]
-    return history, machine._snapshot(None)
+    return history, session.snapshot(None)
+
+
+#: The clause, expectation and observation a concurrent history's violation reports.
+LINEARIZABILITY = ("SPEC 3 and 5", "a linearizable history", "did not give one")
 
 
 def _report(
-    machine: BoardMachine,
+    session: Session,
     program: ParallelProgram,
     history: Sequence[Operation],
     result: LinearizabilityResult,
-) -> ContractViolation:
+) -> Report:
+    """The report of a concurrent history with no sequential order the contract allows; its
+    recording is the program, to run again on any board."""
     start = min((op.invoked for op in history), default=0.0)
     by_id = {op.id: op for op in history}
     lines = [
@@ -457,59 +468,37 @@ def _report(
         "  clause    SPEC 3 and 5: every operation is atomic (linearizable), "
         + (
             "each at an instant of its window on the wall clock (SPEC 7)"
-            if machine.wall
-            else f"at clock {machine.clock.now().isoformat()}"
+            if session.wall
+            else f"at clock {session.clock.now().isoformat()}"
         ),
         "  longest order found: "
         + (" -> ".join(f"#{i}" for i in result.order) or "(none: no call can go first)"),
         "  cannot come next:",
     ]
     for op_id, reason in zip(result.stuck, result.reasons, strict=False):
-        lines.append(f"    #{op_id} {_describe(by_id[op_id], machine)}: {reason}")
-    clients = machine.has_clients() or type(machine).parallel_processes
+        lines.append(f"    #{op_id} {_describe(by_id[op_id], session)}: {reason}")
+    config = session.config
+    clients = config.clients or config.processes
     each = ", each on a client of its own (SPEC 8)" if clients else ", all on one board"
-    if type(machine).parallel_processes:
+    if config.processes:
         each = ", each in a process of its own, on its own client (SPEC 8)"
     lines += ["", f"per thread{each} (times in microseconds from the first invocation):"]
     for thread in sorted({op.thread for op in history}):
-        lines.append(f"  {_lane(thread, clients)}:")
+        lines.append(f"  {lane_name(thread, clients)}:")
         for op in sorted((o for o in history if o.thread == thread), key=lambda o: o.invoked):
             mark = "!!" if op.id in result.stuck else "  "
-            span = f"[{_us(op.invoked - start)}..{_us(op.returned - start)}]"
-            lines.append(f"   {mark} #{op.id} {span:<24} {_describe(op, machine)}")
+            span = f"[{micros_text(op.invoked - start)}..{micros_text(op.returned - start)}]"
+            lines.append(f"   {mark} #{op.id} {span:<24} {_describe(op, session)}")
     lines += ["", "sequential prefix:"]
     lines += [f"  {step}" for step in program.prefix] or ["  (none)"]
-    violation = ContractViolation("SPEC 3 and 5", "a linearizable history", "did not give one")
-    violation.args = ("\n".join(lines),)
-    return violation
+    verdict = Verdict(None, *LINEARIZABILITY, "\n".join(lines))
+    # The program as a trace file, kept in case the race does not recur when replayed.
+    recording = dataclasses.replace(session.to_trace(verdict), steps=(), program=program)
+    return Report(verdict, None, tuple(session.trace), recording)
 
 
-def _write_records(
-    machine: BoardMachine,
-    program: ParallelProgram,
-    history: Sequence[Operation],
-    result: LinearizabilityResult,
-    violation: ContractViolation,
-    directory: str,
-) -> None:
-    # The program as a trace file (to replay on any board) and the history as a timeline.
-    try:
-        path = write_trace(violation.recording, directory)
-        page = path.with_name(path.stem.replace("trace-", "timeline-", 1) + ".html")
-        clients = machine.has_clients() or type(machine).parallel_processes
-        page.write_text(timeline_html(history, result, clients=clients), encoding="utf-8")
-    except OSError as exc:  # the violation is reported all the same
-        violation.args = (f"{violation.args[0]}\n\ntrace NOT written to {directory}: {exc}",)
-        return
-    violation.trace_file = str(path)
-    violation.args = (
-        f"{violation.args[0]}\n\ntrace written to {path}; replay it with: taskboard replay "
-        f"{path}\ntimeline written to {page}",
-    )
-
-
-def _describe(op: Operation, machine: BoardMachine) -> str:
-    what = render_call(op.call, machine._label)
+def _describe(op: Operation, session: Session) -> str:
+    what = render_call(op.call, session.label)
     if op.outcome is None:
         return f"{what} -> ? (infrastructure fault)"
     if op.outcome.error:
@@ -518,7 +507,7 @@ def _describe(op: Operation, machine: BoardMachine) -> str:
     return f"{what} -> ok" + (f" fence={lease.fence!r}" if lease else "")
 
 
-def parallel_test_case(machine_cls: type[BoardMachine]) -> type[unittest.TestCase]:
+def parallel_test_case(machine_cls: MachineClass) -> type[unittest.TestCase]:
     """A unittest case running ``machine_cls`` in parallel mode (``MyMachine.ParallelTestCase``)."""
 
     class ParallelTestCase(unittest.TestCase):

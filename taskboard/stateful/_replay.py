@@ -10,7 +10,11 @@ from typing import Any, cast
 
 from taskboard._clock import as_utc
 from taskboard.model import ContractViolation, Op, Step
-from taskboard.stateful._machine import BoardFactory, BoardMachine, failures_reported
+from taskboard.stateful._config import defined_nemesis
+from taskboard.stateful._machine import BoardFactory, BoardMachine
+from taskboard.stateful._parallel import RUNS_PER_PROGRAM, run_program
+from taskboard.stateful._reports import failures_reported
+from taskboard.stateful._session import Session, end_example
 from taskboard.stateful._trace import NEMESIS_HOOKS, resolve_token
 from taskboard.stateful._tracefile import Trace
 
@@ -73,11 +77,7 @@ def replay_trace(trace: Trace, board: BoardFactory | type[BoardMachine]) -> Repl
     with failures_reported(machine_cls):
         if trace.program is not None:
             return _run_parallel(machine_cls, trace)
-        machine = machine_cls()
-        try:
-            return _run(machine, trace)
-        finally:
-            machine.teardown()
+        return _run(machine_cls(), trace)
 
 
 def missing_nemesis(trace: Trace, board: BoardFactory | type[BoardMachine]) -> str:
@@ -85,7 +85,7 @@ def missing_nemesis(trace: Trace, board: BoardFactory | type[BoardMachine]) -> s
     kinds = [step.nemesis for step in trace.steps if step.nemesis]
     if trace.program is not None:
         kinds += [op.op for op in trace.program.prefix if op.op in NEMESIS_HOOKS]
-    defined = _machine_for(board, trace).defined_nemesis() if kinds else ()
+    defined = defined_nemesis(_machine_for(board, trace)) if kinds else ()
     hooks = sorted({NEMESIS_HOOKS[kind] for kind in kinds if kind not in defined})
     if not hooks:
         return ""
@@ -98,8 +98,6 @@ def missing_nemesis(trace: Trace, board: BoardFactory | type[BoardMachine]) -> s
 def _run_parallel(machine_cls: type[BoardMachine], trace: Trace) -> ReplayResult:
     # A parallel trace records a program, not an interleaving (threads do not repeat their
     # timing), so it reruns the program and judges each history as the parallel mode does.
-    from taskboard.stateful._parallel import RUNS_PER_PROGRAM, run_program
-
     assert trace.program is not None
     runs = 2 * RUNS_PER_PROGRAM  # as many as the parallel mode tries before it reports
     for run in range(1, runs + 1):
@@ -141,14 +139,14 @@ class _RecordedUntils:
         if isinstance(lease.until, datetime):
             self.untils[label] = as_utc(lease.until)
 
-    def anchored(self, step: Step, machine: BoardMachine) -> datetime | None:
+    def anchored(self, step: Step, session: Session) -> datetime | None:
         """Where a clock step that landed near a lease's until lands on replay, or ``None``."""
         landed = re.search(r"(L\d+)'s until", step.note)
         if landed is None or landed.group(1) not in self.untils:
             return None
         label = landed.group(1)
-        token = next((t for t, name in machine._labels.items() if name == label), None)
-        until = machine._untils.get(token) if token is not None else None
+        token = session.token_labelled(label)
+        until = session.untils.get(token) if token is not None else None
         if until is None:
             return None
         return until + (step.at + (step.advance or timedelta(0)) - self.untils[label])
@@ -157,33 +155,35 @@ class _RecordedUntils:
 def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
     differences: list[str] = []
     steps_run = 0
+    session: Session | None = None
     try:
-        machine._begin(trace.tasks, trace.start)
-        shift = machine.start_time - trace.start  # on the wall clock, the replay starts later
+        session = Session(machine, trace.tasks, trace.start)
+        session.observe(None)
+        shift = session.start_time - trace.start  # on the wall clock, the replay starts later
         leases = _RecordedUntils()
         for step in trace.steps:
             steps_run += 1
             at = step.at + shift
             if step.nemesis:
-                machine.run_nemesis(step.nemesis)
+                session.run_nemesis(step.nemesis)
                 continue
             if step.call is None:
                 target = at + (step.advance or timedelta(0))
-                if machine.wall:  # land as far from the replayed lease's until as recorded
-                    target = leases.anchored(step, machine) or target
-                machine._move_clock(max(target, machine.clock.now()), step.note)
+                if session.wall:  # land as far from the replayed lease's until as recorded
+                    target = leases.anchored(step, session) or target
+                session.move_clock(max(target, session.clock.now()), step.note)
                 continue
             leases.follow(step)
-            if at > machine.clock.now():
-                machine._clock_to(at)
+            if at > session.clock.now():
+                session.clock_to(at)
             call = step.call
-            if call.op is not Op.CLAIM and not machine._supports(call.op):
+            if call.op is not Op.CLAIM and not session.supports(call.op):
                 differences.append(f"step {step.index}: skipped, the board has no {call.op}()")
                 continue
             if call.op is not Op.CLAIM:
-                tokens = {label: token for token, label in machine._labels.items()}
+                tokens = {label: token for token, label in session.labels.items()}
                 call = dataclasses.replace(call, token=resolve_token(step.token_ref, tokens))
-            outcome = machine._perform(call, step.token_ref)
+            outcome = session.perform(call, step.token_ref)
             recorded = step.outcome
             if recorded is not None and recorded.error != outcome.error:
                 was = recorded.error or "success"
@@ -191,4 +191,6 @@ def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
                 differences.append(f"step {step.index}: recorded {was}, now {now} (allowed)")
     except ContractViolation as violation:
         return ReplayResult(False, steps_run, violation, tuple(differences))
+    finally:
+        end_example(session)
     return ReplayResult(True, steps_run, None, tuple(differences))

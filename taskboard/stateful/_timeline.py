@@ -10,14 +10,16 @@ from collections.abc import Sequence
 from taskboard.model import LinearizabilityResult, Operation
 from taskboard.stateful._trace import render_call
 
-__all__ = ["timeline_html"]
+__all__ = ["lane_name", "micros_text", "timeline_html"]
 
 
-def _lane(thread: int, clients: bool) -> str:
+def lane_name(thread: int, clients: bool) -> str:
+    """A thread's lane in a report or timeline, naming its client when each has one."""
     return f"thread {thread} (client {thread})" if clients else f"thread {thread}"
 
 
-def _us(seconds: float) -> str:
+def micros_text(seconds: float) -> str:
+    """Seconds on the monotonic clock as whole microseconds (``inf`` for no response)."""
     return "inf" if math.isinf(seconds) else str(round(seconds * 1e6))
 
 
@@ -177,7 +179,7 @@ def timeline_html(
         bar_top = y + 10
         label_top = bar_top + _TIMELINE_BAR + 8
         height = label_top - y + sum(heights) + 6
-        lane = esc(_lane(thread, clients))
+        lane = esc(lane_name(thread, clients))
         shade = "#f7f9fc" if row % 2 == 0 else "#fff"
         parts.append(
             f'<g class="lane" data-thread="{thread}">'
@@ -202,9 +204,9 @@ def timeline_html(
             bar = max(x1 - x0, 3.0)
             top = label_top + sum(heights[:tier])
             tip = [
-                f"#{op.id} on {_lane(thread, clients)}: {op.call}",
+                f"#{op.id} on {lane_name(thread, clients)}: {op.call}",
                 "outcome: " + ("no response" if op.outcome is None else str(op.outcome)),
-                f"from {_us(op.invoked - start)} to {_us(op.returned - start)} µs",
+                f"from {micros_text(op.invoked - start)} to {micros_text(op.returned - start)} µs",
                 _TIMELINE_STATUS[status]
                 + (f" (no. {position[op.id]})" if op.id in position else ""),
             ]
@@ -281,7 +283,7 @@ def timeline_html(
             stuck = by_id.get(op_id)
             what = "" if stuck is None else f" {render_call(stuck.call, _timeline_token)}"
             outcome = "" if stuck is None else f" (outcome: {_timeline_outcome(stuck)})"
-            where = "" if stuck is None else f" on {_lane(stuck.thread, clients)}"
+            where = "" if stuck is None else f" on {lane_name(stuck.thread, clients)}"
             why.append(
                 f'<li><b class="mono">#{op_id}{esc(what)}</b>{esc(where)}{esc(outcome)} '
                 f'cannot come next: <span class="reason">{esc(reasons.get(op_id, "?"))}</span>'
@@ -314,12 +316,12 @@ def timeline_html(
         if op.id in reasons:
             note += f": {reasons[op.id]}"
         message = op.outcome.message if op.outcome is not None and op.outcome.error else ""
-        returned = "—" if math.isinf(op.returned) else _us(op.returned - start)
+        returned = "—" if math.isinf(op.returned) else micros_text(op.returned - start)
         table.append(
             f'<tr class="{status}"><td class="mono nowrap">#{op.id} '
             f"{esc(render_call(op.call, _timeline_token))}</td>"
-            f'<td class="nowrap">{esc(_lane(op.thread, clients))}</td>'
-            f'<td class="num">{_us(op.invoked - start)}</td><td class="num">{returned}</td>'
+            f'<td class="nowrap">{esc(lane_name(op.thread, clients))}</td>'
+            f'<td class="num">{micros_text(op.invoked - start)}</td><td class="num">{returned}</td>'
             f'<td class="nowrap">{esc(_timeline_outcome(op))}'
             + (f"<br><small>{esc(message)}</small>" if message else "")
             + f'</td><td class="num">{esc(fence)}</td><td>{esc(note)}</td></tr>'

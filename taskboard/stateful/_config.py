@@ -1,0 +1,216 @@
+"""What a machine class asks for, read once into a frozen value, and checked."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from taskboard._clock import CLOCK_MODES, ClockMode
+from taskboard.model import ExpiredLeasePolicy
+from taskboard.model._model import EXPIRED_LEASE_POLICIES
+from taskboard.stateful._trace import NEMESIS_HOOKS
+from taskboard.stateful._tracefile import TRACE_DIR_ENV
+
+__all__ = [
+    "SNAPSHOT_ATTEMPTS",
+    "WALL_LATENCY_ROOM",
+    "MachineConfig",
+    "hook_defined",
+    "hook_stub",
+    "wall_ttl_unit",
+]
+
+#: On the wall clock, room for a call's own latency in a TTL unit, beyond twice the skew: a
+#: lease of one unit is still live, for certain, for the call right after its claim.
+WALL_LATENCY_ROOM = timedelta(milliseconds=3)
+#: How often tolerant mode reads a snapshot that an infrastructure fault interrupts.
+SNAPSHOT_ATTEMPTS = 5
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def hook_stub(function: F) -> F:
+    """Mark ``function`` as the stub of an optional hook: a class that keeps it does not
+    define the hook (see :func:`hook_defined`)."""
+    function.__taskboard_stub__ = True  # type: ignore[attr-defined]
+    return function
+
+
+def hook_defined(cls: type, name: str) -> bool:
+    """True when ``cls`` defines the hook ``name`` rather than keeping its stub."""
+    hook = getattr(cls, name, None)
+    return hook is not None and not getattr(hook, "__taskboard_stub__", False)
+
+
+def wall_ttl_unit(resolution: timedelta, skew: timedelta) -> timedelta:
+    """The TTL unit on the wall clock (SPEC 7): the least multiple of ``resolution`` longer than
+    a call's uncertainty (twice ``skew``, plus :data:`WALL_LATENCY_ROOM` for the call itself),
+    so that a drawn lease is seen live before its ``until`` and expired after it."""
+    span = 2 * skew + WALL_LATENCY_ROOM
+    return max(resolution, -(-span // resolution) * resolution)
+
+
+@dataclass(frozen=True)
+class MachineConfig:
+    """Everything a run of one machine class reads from it, once, as :meth:`of` checks it.
+
+    The class attributes are documented on :class:`~taskboard.stateful.BoardMachine`; this is
+    them as one value, with what follows from them (the TTL unit, the nemesis steps that run,
+    whether clients are opened, where traces go)."""
+
+    #: The machine class's name, for messages.
+    name: str
+    clock_mode: ClockMode
+    #: ``clock_resolution``: the smallest time step the store keeps.
+    resolution: timedelta
+    #: ``clock_skew``: in wall mode, how far the board's clock may be from the machine's.
+    skew: timedelta
+    #: ``expired_lease_policy``: SPEC 3.4.
+    policy: ExpiredLeasePolicy
+    call_timeout: timedelta | None
+    tolerate_faults: bool | tuple[type[Exception], ...]
+    durable: bool
+    #: The nemesis steps (SPEC 9) the class defines hooks for, and those that run as rules.
+    defined_nemesis: tuple[str, ...]
+    nemesis: tuple[str, ...]
+    #: SPEC 8: the class defines ``open_client``.
+    clients: bool
+    #: SPEC 8: each thread of a parallel program runs in a process of its own.
+    processes: bool
+    #: Where failing traces go: ``trace_dir``, else ``TASKBOARD_TRACE_DIR``, else nowhere.
+    trace_dir: str | None
+    #: ``module:Name`` that trace files record as what to replay against (``""``: none).
+    trace_target: str
+
+    @property
+    def wall(self) -> bool:
+        """SPEC 7: time is the wall clock's; calls are judged on windows, clock rules sleep."""
+        return self.clock_mode == "wall"
+
+    @property
+    def ttl_unit(self) -> timedelta:
+        """What a drawn TTL or clock step counts in: the resolution, or on the wall clock the
+        least multiple of it that outlasts a call's uncertainty."""
+        return wall_ttl_unit(self.resolution, self.skew) if self.wall else self.resolution
+
+    @property
+    def snapshot_attempts(self) -> int:
+        """How often a snapshot is read: again after a fault, in tolerant mode."""
+        return SNAPSHOT_ATTEMPTS if self.tolerate_faults else 1
+
+    def tolerates(self, fault: Exception) -> bool:
+        """True when tolerant mode fuzzes through ``fault``.
+
+        A call that timed out, here or in the driver, may still land later (a query the
+        server goes on with), so no snapshot can settle it: timeouts are never tolerated."""
+        if isinstance(fault, TimeoutError):
+            return False
+        tolerated = self.tolerate_faults
+        return tolerated if isinstance(tolerated, bool) else isinstance(fault, tolerated)
+
+    @classmethod
+    def of(cls, machine: type) -> MachineConfig:
+        """The configuration of the machine class ``machine``, from its class attributes.
+
+        Raises:
+            TypeError: ``make_board`` is missing, or ``clock_resolution``, ``clock_mode``,
+                ``clock_skew``, ``expired_lease_policy``, ``call_timeout``,
+                ``tolerate_faults``, ``durable`` or ``nemesis`` has a value the machine
+                cannot use.
+        """
+        name = machine.__qualname__
+        if not hook_defined(machine, "make_board"):
+            raise TypeError(
+                f"{name} must define make_board(self, tasks, clock) returning a "
+                "fresh Board that holds `tasks` and reads time only from `clock`"
+            )
+        resolution: object = machine.clock_resolution  # type: ignore[attr-defined]
+        if not isinstance(resolution, timedelta) or resolution <= timedelta(0):
+            raise TypeError(
+                f"{name}.clock_resolution must be a positive timedelta, got {resolution!r}"
+            )
+        mode: Any = machine.clock_mode  # type: ignore[attr-defined]
+        if mode not in CLOCK_MODES:
+            raise TypeError(f"{name}.clock_mode must be 'manual' or 'wall', got {mode!r}")
+        skew: object = machine.clock_skew  # type: ignore[attr-defined]
+        if not isinstance(skew, timedelta) or skew < timedelta(0):
+            raise TypeError(f"{name}.clock_skew must be a non-negative timedelta, got {skew!r}")
+        timeout: object = machine.call_timeout  # type: ignore[attr-defined]
+        if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
+            raise TypeError(
+                f"{name}.call_timeout must be a positive timedelta or None, got {timeout!r}"
+            )
+        tolerated: Any = machine.tolerate_faults  # type: ignore[attr-defined]
+        if not isinstance(tolerated, bool) and not (
+            isinstance(tolerated, tuple)
+            and tolerated
+            and all(isinstance(t, type) and issubclass(t, Exception) for t in tolerated)
+        ):
+            raise TypeError(
+                f"{name}.tolerate_faults must be True, False or a tuple of exception classes, "
+                f"got {tolerated!r}"
+            )
+        policy: Any = machine.expired_lease_policy  # type: ignore[attr-defined]
+        if policy not in EXPIRED_LEASE_POLICIES:
+            raise TypeError(
+                f"{name}.expired_lease_policy must be 'either', 'accept' or 'reject', "
+                f"got {policy!r}"
+            )
+        durable: object = machine.durable  # type: ignore[attr-defined]
+        if not isinstance(durable, bool):
+            raise TypeError(f"{name}.durable must be True or False, got {durable!r}")
+        defined = defined_nemesis(machine)
+        target: str | None = machine.trace_target  # type: ignore[attr-defined]
+        return cls(
+            name=name,
+            clock_mode=mode,
+            resolution=resolution,
+            skew=skew,
+            policy=policy,
+            call_timeout=timeout,
+            tolerate_faults=tolerated,
+            durable=durable,
+            defined_nemesis=defined,
+            nemesis=chosen_nemesis(machine, defined),
+            clients=hook_defined(machine, "open_client"),
+            processes=bool(machine.parallel_processes),  # type: ignore[attr-defined]
+            trace_dir=machine.trace_dir  # type: ignore[attr-defined]
+            or os.environ.get(TRACE_DIR_ENV)
+            or None,
+            trace_target=(
+                f"{machine.__module__}:{machine.__qualname__}" if target is None else target
+            ),
+        )
+
+
+def defined_nemesis(machine: type) -> tuple[str, ...]:
+    """The nemesis steps (SPEC 9) ``machine`` can run: ``"restart"`` when it defines
+    ``restart_storage``, ``"drop"`` when it defines ``drop_connections``."""
+    return tuple(kind for kind, hook in NEMESIS_HOOKS.items() if hook_defined(machine, hook))
+
+
+def chosen_nemesis(machine: type, defined: tuple[str, ...]) -> tuple[str, ...]:
+    """The nemesis steps ``machine`` runs as rules: its ``nemesis``, or every defined one.
+
+    Raises:
+        TypeError: ``nemesis`` is not a tuple of ``"restart"`` and ``"drop"``, or names a
+            step whose hook the class does not define.
+    """
+    name = machine.__qualname__
+    chosen: object = machine.nemesis  # type: ignore[attr-defined]
+    if chosen is None:
+        return defined
+    if not isinstance(chosen, tuple) or not all(k in NEMESIS_HOOKS for k in chosen):
+        raise TypeError(
+            f"{name}.nemesis must be None or a tuple of 'restart' and 'drop', got {chosen!r}"
+        )
+    undefined = [NEMESIS_HOOKS[k] for k in chosen if k not in defined]
+    if undefined:
+        raise TypeError(
+            f"{name}.nemesis asks for {', '.join(chosen)}, but the class defines no "
+            f"{' or '.join(undefined)}(self, board)"
+        )
+    return tuple(dict.fromkeys(chosen))

@@ -1,0 +1,521 @@
+"""What a failed run tells its user: reports as values, the errors that carry them, and the one
+place that writes their trace files.
+
+A :class:`Report` is built whole, then carried by the error raised for it (a
+:class:`~taskboard.model.ContractViolation` or an :class:`InfrastructureFault`), whose message
+is its text. What happens to a report later (a note that it did not recur, the path its trace
+was written to) makes a new report and a new error; nothing rewrites an error in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sysconfig
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, NoReturn
+
+import hypothesis
+from hypothesis.errors import Flaky
+
+from taskboard._contract import Task
+from taskboard._driver import CallTimeoutError
+from taskboard.model import ContractViolation, Step, Window, format_duration, violations_in
+from taskboard.model._model import errors_in
+from taskboard.stateful._config import SNAPSHOT_ATTEMPTS, MachineConfig
+from taskboard.stateful._hypothesis import in_final_replay
+from taskboard.stateful._trace import format_offset, render_step
+from taskboard.stateful._tracefile import Trace, Verdict, write_trace
+
+__all__ = [
+    "FAULT_CLAUSE",
+    "Failure",
+    "HungRun",
+    "InfrastructureFault",
+    "Report",
+    "RunStart",
+    "failures_reported",
+    "fault_report",
+    "host_frames",
+    "host_traceback",
+    "raise_report",
+    "record_failure",
+    "unrepeated_failure",
+    "violation_report",
+]
+
+#: The clause a fault's verdict names in a trace file.
+FAULT_CLAUSE = "infrastructure fault"
+
+
+class InfrastructureFault(Exception):
+    """The board's storage failed: not a contract violation, and not a verdict on the board.
+
+    :class:`BoardMachine` raises it when a board call raises an exception that is
+    no contract outcome (a ``ConnectionError``, a driver error, a ``TimeoutError``,
+    or any exception the contract does not name), or does not return within
+    ``call_timeout`` (then :attr:`exception` is a ``CallTimeoutError``). The
+    original exception is :attr:`exception` and the ``__cause__``; the message
+    names the step, what the contract allowed there, and the trace.
+    """
+
+    #: The step whose call failed; for a failed ``list_tasks()``, the step it followed.
+    step: Step | None = None
+    #: Every step of the run up to and including :attr:`step`.
+    trace: tuple[Step, ...] = ()
+    #: The JSON trace file written for this fault, if one was.
+    trace_file: str | None = None
+    #: This run as a :class:`~taskboard.stateful.Trace`, kept in case it does not recur.
+    recording: Any = None
+    #: The machine's whole report of it.
+    report: Report | None = None
+
+    def __init__(self, message: str, exception: BaseException) -> None:
+        super().__init__(message)
+        self.exception = exception
+
+
+#: What a report is carried by.
+Failure = ContractViolation | InfrastructureFault
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What a run began with, as its reports show it: the machine and its configuration, the
+    initial tasks and the clock's first reading."""
+
+    machine: type
+    config: MachineConfig
+    tasks: tuple[Task, ...]
+    start: datetime
+
+    def trace_heading(self) -> str:
+        """The line above a report's trace: the clock, the resolution, what ``L<n>`` means."""
+        config = self.config
+        clock = (
+            f"wall clock from {self.start.isoformat()}, skew {format_duration(config.skew)}, "
+            f"TTL unit {format_duration(config.ttl_unit)}"
+            if config.wall
+            else f"clock starts at {self.start.isoformat()}"
+        )
+        return (
+            f"trace ({clock}, resolution {format_duration(config.resolution)}; L<n> is the n-th "
+            "lease a claim returned):"
+        )
+
+    def to_trace(self, steps: Sequence[Step], verdict: Verdict | None = None) -> Trace:
+        """The run as a :class:`Trace` of ``steps``, with the verdict if there is one."""
+        config = self.config
+        return Trace(
+            start=self.start,
+            resolution=config.resolution,
+            policy=config.policy,
+            tasks=self.tasks,
+            steps=tuple(steps),
+            verdict=verdict,
+            target=config.trace_target,
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+            clock_mode=config.clock_mode,
+            skew=config.skew,
+        )
+
+    def render_window(self, window: Window) -> str:
+        """A call's window as a report shows it: offsets from the start, and what it means."""
+        earliest, latest = window.earliest - self.start, window.latest - self.start
+        return (
+            f"+{format_offset(earliest)} .. +{format_offset(latest)} (SPEC 7: the call "
+            f"took effect at one instant of it, on the wall clock with skew "
+            f"{format_duration(self.config.skew)})"
+        )
+
+
+@dataclass(frozen=True)
+class Report:
+    """A failure as its user reads it, like a bug report: where it happened, what the contract
+    expected and why, what the board did, the trace that led there; and then its notes (that
+    it did not recur, where its trace file is)."""
+
+    #: What the checker concluded, as a trace file records it (``verdict.report`` is the
+    #: report's text without its notes).
+    verdict: Verdict
+    #: The step that failed (``None`` for the initial snapshot or set-up), and every step of
+    #: the run up to it.
+    step: Step | None
+    steps: tuple[Step, ...]
+    #: The run as a trace, to write now or later (``None``: a run that never began).
+    recording: Trace | None
+    #: For a fault: the exception the board raised.
+    cause: BaseException | None = None
+    notes: tuple[str, ...] = ()
+    trace_file: str | None = None
+    #: True once the report says it did not recur when Hypothesis replayed it.
+    unrepeated: bool = False
+
+    @property
+    def text(self) -> str:
+        """The whole report: its body, then each note after a blank line."""
+        return "\n\n".join((self.verdict.report, *self.notes))
+
+    @property
+    def is_fault(self) -> bool:
+        return self.cause is not None
+
+    @property
+    def hung(self) -> bool:
+        """True for a call that hung (the run ends at once, unshrunk)."""
+        return isinstance(self.cause, CallTimeoutError)
+
+    def noted(self, note: str) -> Report:
+        """This report with ``note`` added."""
+        return dataclasses.replace(self, notes=(*self.notes, note))
+
+    def recorded(self, directory: str, timeline: str | None = None) -> Report:
+        """This report with its trace written to ``directory`` (and ``timeline``, an HTML page,
+        beside it), and a note that says where, or why it could not be written: the report
+        itself is never lost to that."""
+        if self.recording is None:
+            return self
+        try:
+            path = write_trace(self.recording, directory)
+            page = None
+            if timeline is not None:
+                page = path.with_name(path.stem.replace("trace-", "timeline-", 1) + ".html")
+                page.write_text(timeline, encoding="utf-8")
+        except OSError as exc:
+            return self.noted(f"trace NOT written to {directory}: {exc}")
+        where = f"trace written to {path}; replay it with: taskboard replay {path}"
+        if page is not None:
+            where += f"\ntimeline written to {page}"
+        return dataclasses.replace(self.noted(where), trace_file=str(path))
+
+    def error(self) -> Failure:
+        """The error that carries this report: its message is :attr:`text`."""
+        error: Failure
+        if self.cause is not None:
+            error = InfrastructureFault(self.text, self.cause)
+        else:
+            verdict = self.verdict
+            error = ContractViolation(
+                verdict.clause, verdict.expected, verdict.observed, report=self.text
+            )
+        error.step, error.trace = self.step, self.steps
+        error.trace_file, error.recording = self.trace_file, self.recording
+        error.report = self
+        return error
+
+
+def report_of(error: Failure) -> Report:
+    """The report ``error`` carries; one made of its message when it carries none (a
+    violation raised by the model itself)."""
+    carried = getattr(error, "report", None)
+    if isinstance(carried, Report):
+        return carried
+    if isinstance(error, InfrastructureFault):
+        verdict = Verdict(None, FAULT_CLAUSE, "no infrastructure fault", "", str(error))
+        cause: BaseException | None = error.exception
+    else:
+        verdict = Verdict(None, error.clause, error.expected, error.observed, str(error))
+        cause = None
+    return Report(verdict, error.step, error.trace, error.recording, cause, (), error.trace_file)
+
+
+def _body(run: RunStart | None, head: list[str], steps: Sequence[Step], step: Step | None,
+          label: Callable[[str], str]) -> list[str]:  # fmt: skip
+    """A report's lines: ``head``, then (for a run that began) its trace, ``step`` marked."""
+    if run is None:
+        return head
+    lines = [*head, "", run.trace_heading()]
+    for earlier in steps:
+        marker = ">>" if step is not None and earlier.index == step.index else ""
+        lines.append(render_step(earlier, run.start, label, marker=marker))
+    return lines
+
+
+def _finish(
+    run: RunStart | None,
+    lines: list[str],
+    steps: Sequence[Step],
+    step: Step | None,
+    verdict: tuple[str, str, str],
+    label: Callable[[str], str],
+    cause: BaseException | None = None,
+) -> Report:
+    """The report of ``lines``, with its trace, its recording and (in the run's final replay,
+    or at once for a hang) its trace file."""
+    body = "\n".join(_body(run, lines, steps, step, label))
+    index = None if step is None else step.index
+    stamped = Verdict(index, *verdict, body)
+    recording = None if run is None else run.to_trace(steps, stamped)
+    report = Report(stamped, step, tuple(steps), recording, cause)
+    if run is not None:
+        directory = run.config.trace_dir
+        if directory and (report.hung or in_final_replay()):
+            report = report.recorded(directory)
+        _FIRST_FAILURES.setdefault(run.machine, report)
+    return report
+
+
+def violation_report(
+    run: RunStart,
+    violation: ContractViolation,
+    steps: Sequence[Step],
+    step: Step | None,
+    label: Callable[[str], str],
+) -> Report:
+    """The report of ``violation`` (what the model found) at ``step`` of the run."""
+    where = "the initial snapshot" if step is None else f"step {step.index}"
+    lines = [f"contract violation at {where}", ""]
+    if step is not None and step.call is not None:
+        lines.append(f"  step      {render_step(step, run.start, label).strip()}")
+    if step is not None and step.window is not None:
+        lines.append(f"  window    {run.render_window(step.window)}")
+    lines += [
+        f"  clause    {violation.clause}",
+        f"  expected  {violation.expected}",
+        f"  board     {violation.observed}",
+    ]
+    verdict = (violation.clause, violation.expected, violation.observed)
+    return _finish(run, lines, steps, step, verdict, label)
+
+
+def fault_report(
+    run: RunStart | None,
+    config: MachineConfig,
+    exc: Exception,
+    steps: Sequence[Step],
+    step: Step | None,
+    label: Callable[[str], str],
+    during: str = "",
+) -> Report:
+    """The report of an infrastructure fault in ``step``'s call, or ``during`` something else
+    (a ``list_tasks()`` or ``make_board``); ``run`` is ``None`` before the run began."""
+    timeout = isinstance(exc, CallTimeoutError)
+    what = f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins.")
+    where = during or ("set-up" if step is None else f"step {step.index}")
+    lines = [
+        f"infrastructure fault at {where}: "
+        + ("a call hung" if timeout else f"the board raised {what}, not a contract outcome"),
+        "",
+    ]
+    if not during and step is not None and step.call is not None and run is not None:
+        lines.append(f"  step      {render_step(step, run.start, label).strip()}")
+        lines.append("  allowed   " + " or ".join(str(a) for a in step.allowed))
+    lines.append(f"  fault     {what}: {exc}")
+    frames = [] if timeout else host_frames(exc)
+    if frames:
+        lines.append("  raised at (the host's code, innermost last):")
+        lines += frames
+    if timeout:
+        meaning = (
+            "the call did not return within call_timeout; if the store is just slow, "
+            "raise it (call_timeout = timedelta(seconds=...))"
+        )
+    elif during.startswith("list_tasks") and config.tolerates(exc):
+        meaning = f"the board failed {SNAPSHOT_ATTEMPTS} reads in a row: the run cannot go on"
+    else:
+        meaning = (
+            "the storage, its driver or the network failed (or the host raised an "
+            "exception the contract does not name): not a contract violation"
+        )
+        if not during:
+            meaning += ", and the call's effect is unknown"
+        if not during or during.startswith("list_tasks"):
+            meaning += _how_to_tolerate(config, exc)
+    lines.append(f"  meaning   {meaning}")
+    verdict = (FAULT_CLAUSE, "no infrastructure fault", f"raised {exc!r}")
+    return _finish(run, lines, steps, step, verdict, label, cause=exc)
+
+
+def _how_to_tolerate(config: MachineConfig, exc: Exception) -> str:
+    tolerated = config.tolerate_faults
+    if tolerated is False:
+        return ". To fuzz through such faults, set tolerate_faults = True"
+    if isinstance(exc, TimeoutError):
+        return ". Timeouts are never tolerated: the call may still land later"
+    return f". To fuzz through it, add {type(exc).__qualname__} to tolerate_faults"
+
+
+def record_failure(
+    run: RunStart, report: Report, timeline: str | None = None, *, record: bool = True
+) -> Report:
+    """``report``, recorded in ``run``'s trace directory when this is Hypothesis's final
+    replay of the shrunk failure (and ``record``): for a report made outside a sequential
+    run's steps (a concurrent history, with its ``timeline`` page)."""
+    directory = run.config.trace_dir
+    if record and directory and in_final_replay():
+        return report.recorded(directory, timeline)
+    return report
+
+
+def _trace_dir(machine: type | None) -> str | None:
+    if machine is None:
+        return None
+    try:
+        return MachineConfig.of(machine).trace_dir
+    except TypeError:  # a machine that never ran has nothing to record
+        return None
+
+
+# -- a run's failure, as it leaves the run --------------------------------------------------
+
+
+class HungRun(BaseException):  # not an error: it ends a run
+    """A call hung: the run ends now. Hypothesis would shrink an ``Exception`` by replaying
+    it, each replay costing a whole timeout; it lets other ``BaseException`` s through."""
+
+    def __init__(self, fault: InfrastructureFault) -> None:
+        super().__init__(str(fault))
+        self.fault = fault
+
+
+def raise_report(report: Report, error: Failure | None = None) -> NoReturn:
+    """Raise ``error``, the error that carries ``report`` (made now when not given); a hang as
+    :class:`HungRun`, which ends the run.
+
+    Every fault is raised from this one line: Hypothesis tells failures apart by where they
+    were raised, and faults, wherever they happen, are one kind of failure."""
+    error = error or report.error()
+    if isinstance(error, InfrastructureFault):
+        if report.hung:
+            raise HungRun(error) from error.exception
+        raise error from error.exception
+    raise error
+
+
+def failures_reported(machine_cls: type | None = None) -> _FailuresReported:
+    """Report a run's failure as what it was, as a context manager around the run.
+
+    A run ended by a hung call becomes the :class:`InfrastructureFault` it was. A
+    ``Flaky`` error, raised when Hypothesis's replay of a shrunk failure did not fail
+    again, becomes the violation (or fault) that was seen, with a note that it did not
+    recur and, for ``machine_cls``, its trace file written: never a bare ``Flaky``. A
+    violation or fault leaves with a traceback that holds only the host's own frames, so
+    that pytest shows the report, not taskboard's and Hypothesis's internals.
+    """
+    return _FailuresReported(machine_cls)
+
+
+class _FailuresReported:
+    def __init__(self, machine_cls: type | None) -> None:
+        self.machine_cls = machine_cls
+
+    def __enter__(self) -> None:
+        if self.machine_cls is not None:
+            _FIRST_FAILURES.pop(self.machine_cls, None)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: Any
+    ) -> None:
+        __tracebackhide__ = True
+        try:
+            report: BaseException | None = None
+            if isinstance(error, HungRun):
+                report = error.fault
+                report.__cause__, report.__suppress_context__ = error.fault.exception, True
+            elif isinstance(error, Flaky):
+                report = unrepeated_failure(error, self.machine_cls)
+                if report is not None:
+                    report.__cause__, report.__suppress_context__ = None, True
+            elif isinstance(error, ContractViolation | InfrastructureFault):
+                report = error
+            if report is None:
+                return
+            raise report.with_traceback(host_traceback(report.__traceback__))
+        finally:
+            if self.machine_cls is not None:
+                _FIRST_FAILURES.pop(self.machine_cls, None)
+
+
+#: The first failure each machine class reported in the run under way: on the wall clock,
+#: Hypothesis may give up on a replay whose steps drew differently (``FlakyStrategyDefinition``)
+#: and carry no failure at all; what was seen is then this.
+_FIRST_FAILURES: dict[type, Report] = {}
+
+
+def unrepeated_failure(error: BaseException, machine_cls: type | None = None) -> Failure | None:
+    """The violation (or else the fault) in ``error``, a ``Flaky`` error, noted as not recurring.
+
+    Its trace file is written now, for ``machine_cls``'s trace directory, since Hypothesis's
+    final replay, which writes it otherwise, did not fail. ``None`` if ``error`` carries
+    neither.
+    """
+    seen: Failure | None = next(iter(violations_in(error)), None)
+    if seen is None:
+        seen = next(iter(errors_in(error, InfrastructureFault)), None)
+    report = report_of(seen) if seen is not None else None
+    if report is None and machine_cls is not None:
+        report = _FIRST_FAILURES.get(machine_cls)
+    if report is None:
+        return None
+    if report.unrepeated:
+        return seen or report.error()
+    wall = machine_cls is not None and getattr(machine_cls, "clock_mode", None) == "wall"
+    why = (
+        "on the wall clock a replay cannot repeat the timing exactly (SPEC 7)"
+        if wall
+        else "the board behaved differently on the same steps (its own randomness, timing "
+        "or state kept outside the board)"
+    )
+    report = report.noted(
+        f"note: this did not recur when Hypothesis replayed the shrunk example: {why}. The "
+        "board did what is reported above once; a replay of the trace may or may not show it."
+    )
+    directory = _trace_dir(machine_cls)
+    if directory and report.trace_file is None:
+        report = report.recorded(directory)
+    unrepeated = dataclasses.replace(report, unrepeated=True).error()
+    if seen is not None:
+        unrepeated.__traceback__ = seen.__traceback__
+    return unrepeated
+
+
+# -- the host's own frames -------------------------------------------------------------------
+
+#: Where taskboard's own modules live; frames there (but in its reference hosts) are not the
+#: host's code.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_HOSTS_DIR = os.path.join(_PACKAGE_DIR, "hosts")
+#: Frames of the standard library and of Hypothesis are not the host's code either.
+_NOT_HOST_DIRS = tuple(
+    os.path.abspath(path)
+    for path in (sysconfig.get_paths()["stdlib"], os.path.dirname(hypothesis.__file__))
+)
+
+
+def _is_host_code(filename: str) -> bool:
+    """False for taskboard's internals (but its reference hosts), Hypothesis and the
+    standard library: what a report leaves out of the frames it shows."""
+    path = os.path.abspath(filename)
+    internal = path.startswith(_PACKAGE_DIR + os.sep) and not path.startswith(_HOSTS_DIR + os.sep)
+    return not internal and not path.startswith(_NOT_HOST_DIRS)
+
+
+def host_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` with only the frames of the host's own code (see :func:`host_frames`)."""
+    kept = []
+    while tb is not None:
+        if _is_host_code(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    rebuilt = None
+    for entry in reversed(kept):
+        rebuilt = TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return rebuilt
+
+
+def host_frames(exc: BaseException, limit: int = 8) -> list[str]:
+    """The innermost ``limit`` frames of ``exc``'s traceback that are the host's own code
+    (a board's methods, its driver), formatted for a report: taskboard's internals (but
+    for its reference hosts), Hypothesis and the standard library are left out."""
+    kept = []
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if not _is_host_code(frame.filename):
+            continue
+        kept.append(f"    {frame.filename}:{frame.lineno} in {frame.name}")
+        if frame.line:
+            kept.append(f"      {frame.line}")
+    return kept[-2 * limit :]
