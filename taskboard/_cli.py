@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from taskboard._fuzz import (
     DEFAULT_TARGET,
     MODES,
     WHAT_TO_PASS,
+    FuzzOptions,
     FuzzReport,
     UsageError,
     check_writable_file,
@@ -215,9 +217,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The options whose value may look like a negative number, which argparse takes for an option.
+_VALUED_OPTIONS = (
+    "--budget",
+    "--max-examples",
+    "--seed",
+    "--workers",
+    "--call-timeout",
+    "--clock-skew",
+)
+
+
+def _joined_negative_values(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--budget -5s`` as ``--budget=-5s``, so that a negative value reaches the
+    check that says what is wrong with it, not argparse's "expected one argument"."""
+    joined: list[str] = []
+    for arg in argv:
+        if joined and joined[-1] in _VALUED_OPTIONS and re.fullmatch(r"-\.?\d.*", arg) is not None:
+            joined[-1] = f"{joined[-1]}={arg}"
+        else:
+            joined.append(arg)
+    return joined
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_joined_negative_values(sys.argv[1:] if argv is None else argv))
     try:
         if args.command == "fuzz":
             return _fuzz(args)
@@ -242,23 +267,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _fuzz(args: argparse.Namespace) -> int:
     budget = parse_budget(args.budget)
     crew = "1 worker" if args.workers == 1 else f"{args.workers} workers"
-    report = fuzz(
-        args.target,
+    options = FuzzOptions(
         budget=budget,
         max_examples=args.max_examples,
         seed=args.seed,
         workers=args.workers,
         database=args.database,
         trace_dir=args.trace_dir,
-        progress=None if args.quiet else sys.stderr,
-        parallel=args.parallel,
-        mode=args.mode,
+        mode="parallel" if args.parallel else args.mode,
         processes=args.processes,
         call_timeout=args.call_timeout,
         tolerate_faults=args.tolerate_faults,
         clock=args.clock,
         clock_skew=args.clock_skew,
         nemesis=args.nemesis,
+    )
+    report = fuzz(
+        args.target,
+        options,
+        progress=None if args.quiet else sys.stderr,
         on_start=lambda seed: print(
             f"taskboard fuzz: {args.target}, budget {args.budget}, {crew}, seed {seed}"
             + (", wall clock" if args.clock == "wall" else ""),
@@ -294,11 +321,15 @@ def _summary(report: FuzzReport) -> str:
             f"program runs, {report.programs_per_second:,.1f} programs/s)"
         )
     lines.append(f"seed {report.seed}: rerun with --seed {report.seed}")
+    if report.settings:
+        lines.append(f"settings: {report.settings}")
     if report.mode == "sequential":
         lines.append(
             "races were not checked: sequential programs only (--mode sequential); run "
             "--mode mixed (the default) or --mode parallel to race threads"
         )
+    elif report.races:
+        lines.append(f"races: {report.races}")
     lines += [
         "",
         "transition coverage (task state, operation -> outcome: count):",
@@ -313,19 +344,28 @@ def _summary(report: FuzzReport) -> str:
         ]
     lines += ["", "key transitions:"]
     keys: tuple[tuple[tuple[str, str, str], str], ...] = KEY_TRANSITIONS
+    notes = []
     if report.clock_mode == "wall":
         # SPEC 7: "at until" counts calls whose window straddles until; at_expiry lands on
         # either side of it instead, so these are not aimed at on the wall clock.
         keys = tuple(key for key in keys if key[0][0] != "claimed, at until")
+        notes.append(
+            "  (wall clock: the boundary transitions at exactly until are left out; at_expiry "
+            "lands just before and just after until instead)"
+        )
+    lacking = _lacking_operations(report)
+    if lacking:
+        # A board without renew (or fail) can never reach their transitions: no advice there.
+        keys = tuple(key for key in keys if not _needs(key[0], lacking))
+        notes.append(
+            f"  (the board has no {'() and no '.join(lacking)}(): the transitions that need "
+            f"{'them' if len(lacking) > 1 else 'it'} are left out)"
+        )
     for (state, op, outcome), meaning in keys:
         count = _count(report.transitions, state, op, outcome)
         mark = "  " if count else "!!"
         lines.append(f"  {mark} {meaning:<36} {count:>8}   ({state}, {op} -> {outcome})")
-    if len(keys) < len(KEY_TRANSITIONS):
-        lines.append(
-            "  (wall clock: the boundary transitions at exactly until are left out; at_expiry "
-            "lands just before and just after until instead)"
-        )
+    lines += notes
     missing = sum(1 for key, _ in keys if not _count(report.transitions, *key))
     if missing:
         lines.append(f"  {missing} key transition(s) never reached (!!): run longer")
@@ -336,6 +376,21 @@ def _summary(report: FuzzReport) -> str:
             for (op, outcome), count in sorted(report.concurrent_calls.items())
         ]
     return "\n".join(lines)
+
+
+def _lacking_operations(report: FuzzReport) -> list[str]:
+    """The optional operations the fuzzed board lacks (none known when no board was made)."""
+    if report.operations is None:
+        return []
+    return [op for op in ("renew", "fail") if op not in report.operations]
+
+
+def _needs(transition: tuple[str, str, str], lacking: list[str]) -> bool:
+    """True for a key transition only a board with one of the ``lacking`` operations reaches:
+    a renew, or (without ``fail``) the claim of a failed task."""
+    if "renew" in lacking and transition[1].startswith("renew"):
+        return True
+    return "fail" in lacking and transition == ("failed", "claim", "ok")
 
 
 def _coverage_row(op: str, outcome: str, count: int) -> str:

@@ -278,7 +278,9 @@ class HangingBoard(MemoryBoard):
 def test_fuzz_exits_3_on_an_infrastructure_fault(tmp_path: Path) -> None:
     """A correct board behind injected faults: fuzz stops on the fault and exits 3, not 1."""
     (tmp_path / "faulty.py").write_text(FAULTY_BOARD, encoding="utf-8")
-    result = taskboard(tmp_path, "fuzz", "faulty:FaultyBoard", "--max-examples", "200", "--quiet")
+    result = taskboard(
+        tmp_path, "fuzz", "faulty:FaultyBoard", "--max-examples", "1000", "--seed", "5", "--quiet"
+    )
     assert result.returncode == 3, result.stdout + result.stderr
     assert "STOPPED: an infrastructure fault, not a contract violation" in summary(result).group(4)
     assert "infrastructure fault at " in result.stdout
@@ -375,8 +377,16 @@ SNAPSHOT_TASK = '{"tasks": [TASK]}'
         ),
         pytest.param(["fuzz", "--budget", "5x"], {}, "budget '5x' is not a duration", id="5x"),
         pytest.param(["fuzz", "--budget", "0s"], {}, "must be a positive duration", id="0s"),
-        pytest.param(["fuzz", "--budget=-3s"], {}, "budget '-3s' is not a duration", id="-3s"),
-        pytest.param(["fuzz", "--budget", "-3s"], {}, "expected one argument", id="-3s-as-flag"),
+        pytest.param(["fuzz", "--budget=-3s"], {}, "budget '-3s' must be a positive", id="-3s"),
+        pytest.param(
+            ["fuzz", "--budget", "-3s"], {}, "budget '-3s' must be a positive", id="-3s-as-flag"
+        ),
+        pytest.param(
+            ["fuzz", "--max-examples", "-1"], {}, "--max-examples must be at least 1", id="-1"
+        ),
+        pytest.param(
+            ["fuzz", "--clock-skew", "5"], {}, "--clock-skew applies to the wall clock", id="skew"
+        ),
         pytest.param(
             ["fuzz", "--database", "redis://127.0.0.1:1/0", "--max-examples", "1"],
             {},

@@ -251,7 +251,7 @@ def test_ctrl_c_prints_the_summary_and_exits_130(tmp_path: Path, workers: str) -
         start_new_session=True,
     )
     try:
-        time.sleep(3)  # past start-up, into the batches
+        time.sleep(6)  # past start-up (two workers importing on a loaded machine), into the batches
         os.killpg(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=60)
     finally:

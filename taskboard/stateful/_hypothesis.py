@@ -22,8 +22,9 @@ The reaches:
   its own state-machine test.
 * :func:`database_key` and :func:`key_database_by`: the example-database key of a machine
   class, as Hypothesis computes it (``function_digest``), and a digest of our own mixed in.
-* :func:`applied_settings`: the settings a machine class was decorated with
-  (``@settings(...)``), which ``taskboard fuzz`` honours.
+* :func:`applied_settings` and :func:`changed_settings`: the settings a machine class was
+  decorated with (``@settings(...)``), and which of them it changed, which ``taskboard fuzz``
+  honours.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ __all__ = [
     "JOINT_CHOICES",
     "applied_settings",
     "carry_seed_and_reproduction",
+    "changed_settings",
     "choice",
     "database_key",
     "in_final_replay",
@@ -326,6 +328,45 @@ def key_database_by(target: Any, digest: bytes) -> None:
     """Mix ``digest`` into the database key of ``target`` (a machine class or a test), so
     that classes that share a source (every ``for_board`` machine) do not share examples."""
     target._hypothesis_internal_add_digest = digest
+
+
+#: Hypothesis's settings by name, where its internals no longer list them.
+_PUBLIC_SETTINGS = (
+    "max_examples",
+    "derandomize",
+    "database",
+    "verbosity",
+    "phases",
+    "stateful_step_count",
+    "report_multiple_bugs",
+    "suppress_health_check",
+    "deadline",
+    "print_blob",
+    "backend",
+)
+
+
+def setting_names() -> tuple[str, ...]:
+    """The names of every Hypothesis setting."""
+    try:
+        from hypothesis._settings import all_settings
+    except ImportError:  # pragma: no cover - only on a Hypothesis that moved it
+        return tuple(name for name in _PUBLIC_SETTINGS if hasattr(settings.default, name))
+    return tuple(all_settings)
+
+
+def changed_settings(chosen: settings) -> dict[str, Any]:
+    """The settings ``chosen`` was made with: those that differ from its parent (the profile
+    loaded when it was made, for ``@settings(...)``), or where Hypothesis no longer keeps the
+    parent, from its ``default`` profile."""
+    parent = getattr(chosen, "_fallback", None)
+    if not isinstance(parent, settings):  # pragma: no cover - a Hypothesis that moved it
+        parent = settings.get_profile("default")
+    return {
+        name: getattr(chosen, name)
+        for name in setting_names()
+        if getattr(chosen, name) != getattr(parent, name)
+    }
 
 
 def applied_settings(machine_cls: type[RuleBasedStateMachine]) -> settings | None:

@@ -135,14 +135,20 @@ def end_example(session: Session | None, *, parallel: bool = False) -> None:
     if session is not None:
         session.close()
         return
+    if _stopping():  # stopped before its board was made: not an example at all
+        return
     stats = ExampleStats(parallel, (), {}, Counter(), Counter(), None)
     for listener in _LISTENERS:
         listener(stats)
 
 
-class StopRequested(BaseException):  # not an error: it ends a run, as Ctrl-C does
+class StopRequested(KeyboardInterrupt):
     """The run was asked to stop (its budget ran out, or Ctrl-C): the example under way ends
-    at its next call or clock move."""
+    at its next call or clock move.
+
+    A ``KeyboardInterrupt``, because that is what Hypothesis takes for "stop now, this example
+    is no failure": any other exception that ends an example is saved in the example database
+    as one, to be replayed first by the next run."""
 
 
 #: The condition checked before every call and clock move; see :func:`stop_when`.
@@ -161,8 +167,12 @@ def stop_when(condition: Callable[[], bool]) -> Iterator[None]:
         _STOP.remove(condition)
 
 
+def _stopping() -> bool:
+    return bool(_STOP) and any(condition() for condition in _STOP)
+
+
 def _check_stop() -> None:
-    if _STOP and any(condition() for condition in _STOP):
+    if _stopping():
         raise StopRequested
 
 
@@ -184,6 +194,7 @@ class Session:
     the first snapshot. :meth:`close` ends it.
 
     Raises:
+        StopRequested: the run was asked to stop (see :func:`stop_when`).
         InfrastructureFault: ``make_board`` raised, or hung.
         TypeError: ``make_board`` returned something that is not a Board.
     """
@@ -196,6 +207,7 @@ class Session:
         *,
         parallel: bool = False,
     ) -> None:
+        _check_stop()
         config = hooks.config
         self.config = config
         self.hooks = hooks

@@ -1,0 +1,286 @@
+"""What a fuzzing run was asked to do, as one frozen value, checked before anything runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+from taskboard._clock import CLOCK_MODES
+from taskboard._fuzz.targets import Target, UsageError
+from taskboard._profiles import NIGHTLY
+from taskboard.stateful._config import MachineConfig
+from taskboard.stateful._hypothesis import changed_settings
+from taskboard.stateful._machine import BoardMachine
+from taskboard.stateful._trace import NEMESIS_HOOKS
+
+__all__ = [
+    "IGNORED_SETTINGS",
+    "MODES",
+    "FuzzOptions",
+    "check_writable_directory",
+    "check_writable_file",
+    "open_database",
+    "parse_budget",
+    "parse_nemesis",
+]
+
+#: How ``fuzz`` mixes sequential and parallel programs.
+MODES = ("mixed", "sequential", "parallel")
+#: The settings of a machine that fuzzing does not take from it: the budget decides how many
+#: examples run, ``--database`` where they are kept, and the seed what they are.
+IGNORED_SETTINGS = ("max_examples", "database", "derandomize")
+
+
+@dataclass(frozen=True)
+class FuzzOptions:
+    """How to fuzz: every option of ``taskboard fuzz``, as :func:`~taskboard._fuzz.fuzz` takes
+    them. :meth:`checked` says what is wrong with them before anything runs."""
+
+    #: Seconds to fuzz for.
+    budget: float = 60.0
+    #: Stop after this many examples (sequential examples and parallel program runs).
+    max_examples: int | None = None
+    #: Repeat a run; one is drawn when ``None`` (the report says which).
+    seed: int | None = None
+    #: Processes that fuzz side by side.
+    workers: int = 1
+    #: The example database: a directory or ``redis://`` URL; ``None``: Hypothesis's default.
+    database: str | None = None
+    trace_dir: str = "taskboard-traces"
+    #: ``"mixed"``, ``"sequential"`` or ``"parallel"`` (see :data:`MODES`).
+    mode: str = "mixed"
+    #: Seconds a board call may take (0: no limit); ``None`` keeps the machine's.
+    call_timeout: float | None = None
+    #: Fuzz through infrastructure faults (``False`` keeps the machine's setting).
+    tolerate_faults: bool = False
+    #: SPEC 7: ``"manual"`` or ``"wall"``; ``None`` keeps the machine's ``clock_mode``.
+    clock: str | None = None
+    #: In wall mode, the board's clock skew in milliseconds; ``None`` keeps the machine's.
+    clock_skew: float | None = None
+    #: SPEC 8: each thread of a parallel program in an OS process of its own.
+    processes: bool = False
+    #: SPEC 9: ``"restart,drop"``, ``"restart"``, ``"drop"`` or ``"none"``; ``None``: every
+    #: hook the target defines.
+    nemesis: str | None = None
+
+    def checked(self, target: Target) -> FuzzOptions:
+        """These options, checked against ``target``'s machine.
+
+        Raises:
+            UsageError: an option out of range, one that does not apply (``--clock-skew``
+                on the manual clock, ``--processes`` with ``--mode sequential``), or a
+                nemesis step the target has no hook for.
+        """
+        if self.workers < 1:
+            raise UsageError(f"--workers must be at least 1, got {self.workers}")
+        if self.max_examples is not None and self.max_examples < 1:
+            raise UsageError(f"--max-examples must be at least 1, got {self.max_examples}")
+        if not self.budget > 0 or math.isinf(self.budget):
+            raise UsageError(f"the budget must be a positive number of seconds, got {self.budget}")
+        if self.mode not in MODES:
+            raise UsageError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.processes and self.mode == "sequential":
+            raise UsageError("--processes runs parallel programs: use it without --mode sequential")
+        if self.call_timeout is not None and (
+            not self.call_timeout >= 0 or math.isinf(self.call_timeout)
+        ):
+            raise UsageError(
+                f"--call-timeout must be a number of seconds >= 0, got {self.call_timeout}"
+            )
+        if self.clock is not None and self.clock not in CLOCK_MODES:
+            raise UsageError(f"--clock must be 'manual' or 'wall', got {self.clock!r}")
+        if self.clock_skew is not None:
+            if not 0 <= self.clock_skew < 3_600_000:
+                raise UsageError(
+                    f"--clock-skew must be a number of milliseconds >= 0, got {self.clock_skew}"
+                )
+            if (self.clock or target.machine.clock_mode) != "wall":
+                raise UsageError(
+                    "--clock-skew applies to the wall clock only: the manual clock has no "
+                    "skew (add --clock wall, or leave --clock-skew out)"
+                )
+        if self.nemesis is not None:
+            parse_nemesis(self.nemesis, target.machine, target.name)
+        check_writable_directory(self.trace_dir, "--trace-dir")
+        return self
+
+    def machine_attributes(self, target: Target) -> dict[str, Any]:
+        """The class attributes these options set on ``target``'s machine for the run."""
+        attributes: dict[str, Any] = {"trace_dir": self.trace_dir}
+        if self.processes:
+            attributes["parallel_processes"] = True
+        if self.call_timeout is not None:
+            attributes["call_timeout"] = (
+                timedelta(seconds=self.call_timeout) if self.call_timeout else None
+            )
+        if self.tolerate_faults:
+            attributes["tolerate_faults"] = True
+        if self.clock is not None:
+            attributes["clock_mode"] = self.clock
+        if self.nemesis is not None:
+            attributes["nemesis"] = parse_nemesis(self.nemesis, target.machine, target.name)
+        if self.clock_skew is not None:
+            attributes["clock_skew"] = timedelta(milliseconds=self.clock_skew)
+        return attributes
+
+    def machine(self, target: Target) -> type[BoardMachine]:
+        """``target``'s machine as the run checks it: a subclass with these options set, which
+        Hypothesis files under the same key in its example database as the machine itself.
+
+        Raises:
+            UsageError: the options make a machine that is not valid.
+        """
+        base = target.machine
+        attributes = {
+            **self.machine_attributes(target),
+            "__module__": base.__module__,
+            "__qualname__": base.__qualname__,
+            "__doc__": base.__doc__,
+        }
+        machine = type(base.__name__, (base,), attributes)
+        try:
+            MachineConfig.of(machine)
+        except TypeError as exc:
+            raise UsageError(f"target {target.name!r}: {exc}") from None
+        return machine
+
+    def settings(self, target: Target, database: ExampleDatabase | None) -> settings:
+        """The Hypothesis settings of the run: the nightly profile, then every setting the
+        machine was given but :data:`IGNORED_SETTINGS`, then ``database``."""
+        base = settings(settings.get_profile(NIGHTLY), database=database)
+        return settings(base, **machine_settings(target))
+
+    def replace(self, **changes: Any) -> FuzzOptions:
+        """These options with ``changes``."""
+        return dataclasses.replace(self, **changes)
+
+
+def machine_settings(target: Target) -> dict[str, Any]:
+    """The settings ``target``'s machine was given that differ from Hypothesis's defaults,
+    but :data:`IGNORED_SETTINGS`: what fuzzing takes from the machine."""
+    if target.settings is None:
+        return {}
+    changed = changed_settings(target.settings)
+    return {name: value for name, value in changed.items() if name not in IGNORED_SETTINGS}
+
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_budget(text: str) -> float:
+    """Seconds in a budget such as ``90s``, ``15m``, ``8h``, ``1h30m`` or a bare ``120``.
+
+    Raises:
+        UsageError: the text is not such a duration, or is not positive.
+    """
+    cleaned = text.strip().lower()
+    if re.fullmatch(r"-?\d+(\.\d+)?", cleaned):
+        seconds = float(cleaned)
+    else:
+        negative = cleaned.startswith("-")
+        body = cleaned.removeprefix("-")
+        parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", body)
+        if not parts or "".join(n + u for n, u in parts) != body:
+            raise UsageError(f"budget {text!r} is not a duration; use e.g. 90s, 15m, 8h or 1h30m")
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts) * (-1 if negative else 1)
+    if not seconds > 0 or math.isinf(seconds):
+        raise UsageError(f"budget {text!r} must be a positive duration")
+    return seconds
+
+
+def open_database(spec: str | None) -> ExampleDatabase | None:
+    """The example database for ``--database``: a directory, or a ``redis://`` URL.
+
+    ``None`` means Hypothesis's default (``.hypothesis/examples`` here), so a later plain
+    ``pytest`` run of the same machine replays what fuzzing found.
+
+    Raises:
+        UsageError: redis support is not installed, or the server does not answer.
+    """
+    if spec is None:
+        return settings().database
+    if spec.startswith(("redis://", "rediss://", "unix://")):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError:
+            raise UsageError(
+                "a redis:// database needs the redis client: "
+                "pip install 'taskboard-contract[redis]'"
+            ) from None
+        client = redis.Redis.from_url(spec, socket_connect_timeout=3, socket_timeout=5)
+        try:
+            client.ping()
+        except redis.RedisError as exc:
+            raise UsageError(f"cannot reach the redis database at {spec}: {exc}") from None
+        return RedisExampleDatabase(client, key_prefix=b"taskboard-fuzz")
+    check_writable_directory(spec, "--database")
+    return DirectoryBasedExampleDatabase(spec)
+
+
+def check_writable_directory(path: str, option: str) -> None:
+    """Check that ``path`` is a directory this process may write in, or could create.
+
+    Raises:
+        UsageError: ``path`` is a file, or its nearest existing ancestor is not a
+            directory this process may write in.
+    """
+    where = Path(path).absolute()
+    if where.exists() and not where.is_dir():
+        raise UsageError(f"{option} {path!r} is not a directory")
+    existing = next(p for p in (where, *where.parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{option} {path!r}: {str(existing)!r} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path!r}: cannot write in {str(existing)!r}")
+
+
+def check_writable_file(path: str, option: str) -> None:
+    """Check that ``path`` names a file this process may create (its missing directories
+    with it) or overwrite.
+
+    Raises:
+        UsageError: ``path`` is a directory, an ancestor is a file, or the nearest
+            existing ancestor is not writable.
+    """
+    where = Path(path).absolute()
+    if where.is_dir():
+        raise UsageError(f"{option} {path!r} is a directory, not a file")
+    if where.exists():
+        if not os.access(where, os.W_OK):
+            raise UsageError(f"{option} {path!r}: cannot write there")
+        return
+    check_writable_directory(os.path.dirname(path) or ".", option)
+
+
+def parse_nemesis(text: str, machine: type[BoardMachine], target: str) -> tuple[str, ...]:
+    """``--nemesis``: the comma-separated nemesis steps to run, ``none`` for none.
+
+    Raises:
+        UsageError: an unknown step, or one whose hook the target does not define.
+    """
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    if names == ("none",):
+        return ()
+    unknown = [name for name in names if name not in NEMESIS_HOOKS]
+    if unknown or not names:
+        raise UsageError(
+            f"--nemesis takes restart, drop, both (restart,drop) or none; got {text!r}"
+        )
+    defined = machine.defined_nemesis()
+    for name in names:
+        if name not in defined:
+            raise UsageError(
+                f"--nemesis {name}: {target} defines no {NEMESIS_HOOKS[name]}(self, board); "
+                "see docs/nemesis.md"
+            )
+    return names

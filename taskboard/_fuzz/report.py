@@ -1,0 +1,117 @@
+"""What a fuzzing run did: counts, coverage, the failure, and the settings it ran with."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hypothesis import settings
+
+from taskboard._fuzz.options import machine_settings
+from taskboard._fuzz.targets import Target
+from taskboard.stateful._config import MachineConfig
+from taskboard.stateful._parallel import RUNS_PER_PROGRAM
+from taskboard.stateful._session import ExampleStats
+
+__all__ = ["FuzzReport", "races_of", "settings_in_force"]
+
+
+@dataclass
+class FuzzReport:
+    """What a fuzzing run did: counts, transition coverage, and the failure if any."""
+
+    examples: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    workers: int = 1
+    transitions: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    failure: str | None = None
+    #: True when the failure is an infrastructure fault, not a contract violation.
+    fault: bool = False
+    trace_file: str | None = None
+    #: SPEC 7: the clock the run judged time on, ``"manual"`` or ``"wall"``.
+    clock_mode: str = "manual"
+    #: Runs of parallel programs (threads at once, each program on fresh boards).
+    parallel_runs: int = 0
+    #: ``"mixed"``, ``"sequential"`` (races were not checked) or ``"parallel"``.
+    mode: str = "mixed"
+    #: Seconds spent running parallel programs (all workers together).
+    parallel_seconds: float = 0.0
+    #: In parallel programs, each thread call's (operation, outcome): their coverage.
+    concurrent_calls: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: The seed the run started from (drawn when none was given): ``--seed`` repeats it.
+    seed: int | None = None
+    #: True when Ctrl-C stopped the run; the counts are those reached by then.
+    interrupted: bool = False
+    #: The optional operations (``renew``, ``fail``) the boards had; ``None``: none was made.
+    operations: frozenset[str] | None = None
+    #: The Hypothesis settings the run used, in words (see :func:`settings_in_force`).
+    settings: str = ""
+    #: How the threads of parallel programs called the board (see :func:`races_of`).
+    races: str = ""
+
+    @property
+    def parallel_programs(self) -> int:
+        """Parallel programs run (each runs :data:`RUNS_PER_PROGRAM` times)."""
+        return self.parallel_runs // RUNS_PER_PROGRAM
+
+    @property
+    def programs_per_second(self) -> float:
+        """Parallel programs per second spent on them (each worker's seconds added up)."""
+        seconds = self.parallel_seconds
+        return self.parallel_runs / RUNS_PER_PROGRAM / seconds if seconds > 0 else 0.0
+
+    @property
+    def steps_per_second(self) -> float:
+        """Machine steps per second of wall time, all workers together."""
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+    def count(self, example: ExampleStats) -> None:
+        """Add what one example did."""
+        if example.parallel:
+            self.parallel_runs += 1
+        else:
+            self.examples += 1
+        self.steps += example.steps
+        self.transitions.update(example.transitions)
+        self.concurrent_calls.update(example.concurrent_calls)
+        if example.operations is not None:
+            self.operations = (self.operations or frozenset()) | example.operations
+
+    def add(self, other: FuzzReport) -> None:
+        """Add another worker's counts and coverage (not its failure)."""
+        self.examples += other.examples
+        self.steps += other.steps
+        self.parallel_runs += other.parallel_runs
+        self.parallel_seconds += other.parallel_seconds
+        self.transitions.update(other.transitions)
+        self.concurrent_calls.update(other.concurrent_calls)
+        self.interrupted = self.interrupted or other.interrupted
+        if other.operations is not None:
+            self.operations = (self.operations or frozenset()) | other.operations
+
+
+def settings_in_force(target: Target, chosen: settings) -> str:
+    """The settings a run of ``target`` uses, in words: the steps per example, the deadline,
+    and which of them came from the machine's own ``@settings``."""
+    deadline = "none" if chosen.deadline is None else f"{chosen.deadline}"
+    words = (
+        f"up to {chosen.stateful_step_count} steps an example, deadline {deadline}, "
+        f"{len(chosen.phases)} phases (taskboard-nightly profile)"
+    )
+    taken = machine_settings(target)
+    if taken:
+        given = ", ".join(f"{name}={value!r}" for name, value in sorted(taken.items()))
+        words += f"; from the machine's own settings: {given}"
+    return words
+
+
+def races_of(config: MachineConfig, mode: str) -> str:
+    """How the threads of the run's parallel programs call the board (SPEC 8)."""
+    if mode == "sequential":
+        return "none (sequential programs only)"
+    if config.processes:
+        return "each thread in a process of its own, on a client of its own (--processes)"
+    if config.clients:
+        return "each thread on a client of its own (open_client)"
+    return "threads share one board (define open_client to race clients, see docs/clients.md)"

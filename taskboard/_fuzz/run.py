@@ -1,0 +1,132 @@
+"""One process's part of a fuzzing campaign: batches of examples until the budget, the example
+count, a failure or a stop request ends it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import seed as hypothesis_seed
+from hypothesis import settings
+from hypothesis.database import ExampleDatabase
+from hypothesis.errors import Flaky
+from hypothesis.stateful import run_state_machine_as_test
+
+from taskboard._fuzz.options import FuzzOptions
+from taskboard._fuzz.report import FuzzReport
+from taskboard._fuzz.targets import Target
+from taskboard.model import ContractViolation, violations_in
+from taskboard.model._model import errors_in
+from taskboard.stateful._machine import BoardMachine
+from taskboard.stateful._parallel import run_parallel_state_machine
+from taskboard.stateful._reports import InfrastructureFault, failures_reported
+from taskboard.stateful._session import ExampleStats, StopRequested, on_example_end, stop_when
+
+__all__ = ["BATCH", "PARALLEL_BATCH", "Run"]
+
+#: Examples per Hypothesis run (the budget is checked at every step, not per batch).
+BATCH = 50
+#: Parallel programs per batch (each runs three times on fresh boards, with threads).
+PARALLEL_BATCH = 10
+
+
+@dataclass(frozen=True)
+class Run:
+    """One process's part of a campaign: what to run, where, until when."""
+
+    target: Target
+    options: FuzzOptions
+    #: The machine with the options set (see :meth:`FuzzOptions.machine`).
+    machine: type[BoardMachine]
+    deadline: float
+    max_examples: int | None
+    seed: int
+    database: ExampleDatabase | None
+
+    @classmethod
+    def plan(
+        cls,
+        target: Target,
+        options: FuzzOptions,
+        *,
+        seed: int,
+        max_examples: int | None,
+        database: ExampleDatabase | None,
+    ) -> Run:
+        """The run of ``target`` with ``options``, from now until the budget is spent."""
+        return cls(
+            target,
+            options,
+            options.machine(target),
+            time.monotonic() + options.budget,
+            max_examples,
+            seed,
+            database,
+        )
+
+    def batches(self, report: FuzzReport, tick: Callable[[], None], stop: Any) -> None:
+        """Run batches of examples into ``report`` until the deadline, ``max_examples``, a
+        failure, or ``stop`` (an event) ends the run; ``tick()`` after every example.
+
+        The deadline and ``stop`` are checked before every call and clock move, so a run
+        stops on time even on a board whose examples take minutes."""
+        base = self.options.settings(self.target, self.database)
+        mode = self.options.mode
+
+        def done() -> bool:
+            spent = self.max_examples is not None and (
+                report.examples + report.parallel_runs >= self.max_examples
+            )
+            return spent or stop.is_set() or time.monotonic() >= self.deadline
+
+        def counted(example: ExampleStats) -> None:
+            report.count(example)
+            tick()
+
+        batch_index = 0
+        with on_example_end(counted), stop_when(done):
+            while not done():
+                # Mixed: sequential and parallel batches take turns.
+                parallel = mode == "parallel" or (mode == "mixed" and batch_index % 2 == 1)
+                size = PARALLEL_BATCH if parallel else BATCH
+                hypothesis_seed(self.seed + batch_index)(self.machine)
+                batch_index += 1
+                started = time.monotonic()
+                try:
+                    self._batch(parallel, settings(base, max_examples=size))
+                except StopRequested:
+                    break
+                except KeyboardInterrupt:
+                    report.interrupted = True
+                    return
+                except InfrastructureFault as fault:
+                    report.failure, report.fault = str(fault), True
+                    report.trace_file = fault.trace_file
+                    return
+                except (ContractViolation, Flaky) as caught:
+                    violation = next(iter(violations_in(caught)), None)
+                    faults = [] if violation else errors_in(caught, InfrastructureFault)
+                    unrepeated = next(iter(faults), None)
+                    if unrepeated is not None:  # a fault that did not recur when replayed
+                        report.failure, report.fault = str(unrepeated), True
+                        report.trace_file = unrepeated.trace_file
+                        return
+                    report.failure = str(violation or caught)
+                    report.trace_file = None if violation is None else violation.trace_file
+                    return
+                except Exception as exc:  # the board or its hooks broke: a failure, reported
+                    report.failure = f"the run stopped on an error: {type(exc).__name__}: {exc}"
+                    return
+                finally:
+                    if parallel:
+                        report.parallel_seconds += time.monotonic() - started
+        report.interrupted = report.interrupted or stop.is_set()
+
+    def _batch(self, parallel: bool, chosen: settings) -> None:
+        with failures_reported(self.machine):
+            if parallel:
+                run_parallel_state_machine(self.machine, settings=chosen)
+            else:
+                run_state_machine_as_test(self.machine, settings=chosen)
