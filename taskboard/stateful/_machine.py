@@ -130,6 +130,63 @@ def drop(self: BoardMachine) -> None:
 _NEMESIS_RULES = {"restart": restart, "drop": drop}
 
 
+def _machine_for_board(
+    base: type[BoardMachine],
+    factory: BoardFactory,
+    *,
+    close: Callable[[Any], Any] | None,
+    open_client: Callable[[Any], Any] | None,
+    close_client: Callable[[Any], Any] | None,
+    restart_storage: Callable[[Any], Any] | None,
+    drop_connections: Callable[[Any], Any] | None,
+    attributes: dict[str, Any],
+) -> type[BoardMachine]:
+    """:meth:`BoardMachine.for_board`: a subclass of ``base`` whose boards come from
+    ``factory``, with the given closer, client and nemesis hooks, and class attributes."""
+    name = getattr(factory, "__name__", type(factory).__name__)
+    namespace: dict[str, Any] = {
+        attribute: getattr(factory, attribute)
+        for attribute in _FACTORY_ATTRIBUTES
+        if hasattr(factory, attribute)
+    }
+    namespace.update(attributes)
+
+    def make_board(self: BoardMachine, tasks: Sequence[Task], clock: Clock) -> Any:
+        return factory(tasks, clock)
+
+    if inspect.iscoroutinefunction(factory):
+        make_board = _async_make_board(factory)
+
+    def close_board(self: BoardMachine, board: Board) -> Any:
+        if close is not None:
+            return close(board)
+        return close_own(board)
+
+    namespace.update(make_board=make_board, close_board=close_board)
+    opener = open_client or getattr(factory, "open_client", None)
+    if opener is not None:
+        namespace.update(
+            open_client=_client_hook(opener),
+            close_client=_client_hook(close_client or close_own, skip_board=True),
+        )
+    for hook, function in (
+        ("restart_storage", restart_storage or getattr(factory, "restart_storage", None)),
+        ("drop_connections", drop_connections or getattr(factory, "drop_connections", None)),
+    ):
+        if function is not None:
+            namespace[hook] = _client_hook(function)
+    # Replay the trace against the factory itself when it can be imported by name.
+    qualname = getattr(factory, "__qualname__", "<unknown>")
+    importable = not inspect.ismethod(factory) and "<" not in qualname
+    where = f"{getattr(factory, '__module__', '')}:{qualname}"
+    namespace.setdefault("trace_target", where if importable else "")
+    machine = type(f"{name}Machine", (base,), namespace)
+    # Hypothesis keys its example database by a digest of the machine's source, which
+    # every such class shares: the factory's own name tells them apart.
+    key_database_by(machine, where.encode())
+    return machine
+
+
 class _TestCaseProperty:
     """``MyMachine.TestCase``: Hypothesis's test case of the machine, whose failures are
     reported as what they were (see :func:`failures_reported`)."""
@@ -324,48 +381,16 @@ class BoardMachine(RuleBasedStateMachine):
         acknowledged changes. A factory's own ``restart_storage`` and ``drop_connections``
         attributes (a board class's methods will do) and ``durable`` are used as well.
         """
-        name = getattr(factory, "__name__", type(factory).__name__)
-        namespace: dict[str, Any] = {
-            attribute: getattr(factory, attribute)
-            for attribute in _FACTORY_ATTRIBUTES
-            if hasattr(factory, attribute)
-        }
-        namespace.update(attributes)
-
-        def make_board(self: BoardMachine, tasks: Sequence[Task], clock: Clock) -> Any:
-            return factory(tasks, clock)
-
-        if inspect.iscoroutinefunction(factory):
-            make_board = _async_make_board(factory)
-
-        def close_board(self: BoardMachine, board: Board) -> Any:
-            if close is not None:
-                return close(board)
-            return close_own(board)
-
-        namespace.update(make_board=make_board, close_board=close_board)
-        opener = open_client or getattr(factory, "open_client", None)
-        if opener is not None:
-            namespace.update(
-                open_client=_client_hook(opener),
-                close_client=_client_hook(close_client or close_own, skip_board=True),
-            )
-        for hook, function in (
-            ("restart_storage", restart_storage or getattr(factory, "restart_storage", None)),
-            ("drop_connections", drop_connections or getattr(factory, "drop_connections", None)),
-        ):
-            if function is not None:
-                namespace[hook] = _client_hook(function)
-        # Replay the trace against the factory itself when it can be imported by name.
-        qualname = getattr(factory, "__qualname__", "<unknown>")
-        importable = not inspect.ismethod(factory) and "<" not in qualname
-        where = f"{getattr(factory, '__module__', '')}:{qualname}"
-        namespace.setdefault("trace_target", where if importable else "")
-        machine = type(f"{name}Machine", (cls,), namespace)
-        # Hypothesis keys its example database by a digest of the machine's source, which
-        # every such class shares: the factory's own name tells them apart.
-        key_database_by(machine, where.encode())
-        return machine
+        return _machine_for_board(
+            cls,
+            factory,
+            close=close,
+            open_client=open_client,
+            close_client=close_client,
+            restart_storage=restart_storage,
+            drop_connections=drop_connections,
+            attributes=attributes,
+        )
 
     # -- hooks -------------------------------------------------------------------------------
 
