@@ -44,7 +44,7 @@ import json
 import re
 import secrets
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, ClassVar, Literal, NoReturn, Self, cast
@@ -252,6 +252,20 @@ class _Core:
             return [task_id, agent, _ttl(request.ttl), secrets.token_hex(16)]
         now = _micros(self._clock.now())
         return [task_id, agent, str(now), _until(now, request.ttl), secrets.token_hex(16)]
+
+    def _claim_attempts(
+        self, task_id: str, agent: str, request: ClaimRequest
+    ) -> Iterator[list[str]]:
+        """The claim script's arguments for each of at most :data:`_MINT_ATTEMPTS` runs,
+        each made when the loop asks for it, just before its run: a fresh token, and an
+        injected clock read anew. A claim runs the script with each until :func:`_claimed`
+        gives a task (or raises), then raises :meth:`_unminted`."""
+        for _ in range(_MINT_ATTEMPTS):
+            yield self._claim_args(task_id, agent, request)
+
+    def _unminted(self) -> RuntimeError:
+        """What a claim raises when every attempt drew a token already issued."""
+        return RuntimeError(f"{self!r}: could not mint an unused token")
 
     def _renew_args(self, task_id: str, token: str, request: ClaimRequest) -> list[str]:
         if isinstance(self._clock, str):  # "server"
@@ -475,11 +489,11 @@ class RedisBoard(_Core):
             TakenError: the task is ``CLAIMED`` and its lease is live.
             ValueError: ``agent`` is empty (checked last).
         """
-        for _ in range(_MINT_ATTEMPTS):
-            reply = self._run("claim", self._claim_args(task_id, agent, request))
-            if not _token_used(reply):
-                return _returned_task(task_id, reply)
-        raise RuntimeError(f"{self!r}: could not mint an unused token")
+        for args in self._claim_attempts(task_id, agent, request):
+            task = _claimed(task_id, self._run("claim", args))
+            if task is not None:
+                return task
+        raise self._unminted()
 
     def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
         """Recompute the lease's ``until`` from this board's clock (SPEC 3.5): the injected
@@ -742,11 +756,11 @@ class AsyncRedisBoard(_Core):
 
     async def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
         """Claim ``task_id`` for ``agent`` (SPEC 3.1); as :meth:`RedisBoard.claim`."""
-        for _ in range(_MINT_ATTEMPTS):
-            reply = await self._run("claim", self._claim_args(task_id, agent, request))
-            if not _token_used(reply):
-                return _returned_task(task_id, reply)
-        raise RuntimeError(f"{self!r}: could not mint an unused token")
+        for args in self._claim_attempts(task_id, agent, request):
+            task = _claimed(task_id, await self._run("claim", args))
+            if task is not None:
+                return task
+        raise self._unminted()
 
     async def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
         """Recompute the lease's ``until`` (SPEC 3.5); as :meth:`RedisBoard.renew`."""
@@ -913,8 +927,13 @@ def _snapshot(rows: Sequence[Sequence[object]]) -> list[Task]:
     return sorted((_task(row) for row in rows), key=lambda task: task.id)
 
 
-def _token_used(reply: Sequence[object]) -> bool:
-    return _text(reply[0]) == "token_used"
+def _claimed(task_id: str, reply: Sequence[Any]) -> Task | None:
+    """The task a claim script's reply returns, or ``None`` if the script found its fresh
+    token already issued (it changed nothing: run it again with another token); raises the
+    SPEC error class of any other rejection (see :func:`_reject`)."""
+    if _text(reply[0]) == "token_used":
+        return None
+    return _returned_task(task_id, reply)
 
 
 def _returned_task(task_id: str, reply: Sequence[Any]) -> Task:
