@@ -82,6 +82,12 @@ _BOARD_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 #: How many fresh tokens a claim draws before giving up (a repeat of a 128-bit random
 #: token means a broken random source, not bad luck).
 _MINT_ATTEMPTS = 8
+#: What a script raises when its connection is lost or times out (the server restarted or
+#: killed connections): an infrastructure fault, re-raised as is, since the script may or
+#: may not have run (SPEC 9). The pool's idle connections are likely dead too: a board
+#: drops them first (``_drop_idle``), so that its next call opens a fresh one. Any other
+#: error propagates untouched; a script's rejection is a reply, read by :func:`_reject`.
+_CONNECTION_LOST = (redis.ConnectionError, redis.TimeoutError)
 
 #: How claims number their fences (see the module docstring): ``"counter"``, one above the
 #: greatest fence the board issued; ``"time"``, also at least the server's ``TIME`` in
@@ -156,6 +162,7 @@ class _Core:
         self.keys = [f"taskboard:{{{self.board_id}}}:{column}" for column in _COLUMNS]
         self._initial_args = [arg for task in initial for arg in _task_args(task)]
         self._closed = False
+        self._close_lock = threading.Lock()
 
     #: Where this board's client connects (set by the subclass, from its url_or_client).
     _address: _Address
@@ -238,6 +245,15 @@ class _Core:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
+
+    def _begin_close(self) -> bool:
+        """Mark the board closed; whether it was open, and so this call must close it. Of
+        calls from several threads at once, exactly one gets ``True``."""
+        with self._close_lock:
+            if self._closed:
+                return False
+            self._closed = True
+            return True
 
     @property
     def _sources(self) -> dict[str, str]:
@@ -398,7 +414,6 @@ class RedisBoard(_Core):
         fences: Fences = "counter",
     ) -> None:
         super().__init__(tasks, clock, board_id, delete_on_close, fences)
-        self._lock = threading.Lock()
         self._client: redis.Redis = self._client_for(url_or_client)
         try:
             self._scripts = {
@@ -445,10 +460,8 @@ class RedisBoard(_Core):
     def close(self) -> None:
         """Delete the board's keys (see ``delete_on_close``) and close the client if this
         board made it; idempotent. Any later operation raises ``RuntimeError``."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+        if not self._begin_close():
+            return
         try:
             if self.delete_on_close:
                 try:
@@ -456,7 +469,7 @@ class RedisBoard(_Core):
                 except redis.ConnectionError:
                     # The server ended the connection (a restart, CLIENT KILL); DEL is
                     # idempotent, so once more, on a fresh one.
-                    self._client.connection_pool.disconnect(inuse_connections=False)
+                    self._drop_idle()
                     self._client.delete(*self.keys)
         finally:
             if self._owns_client:
@@ -466,11 +479,13 @@ class RedisBoard(_Core):
         self._check_open()
         try:
             return self._scripts[name](keys=self.keys, args=args)
-        except (redis.ConnectionError, redis.TimeoutError):
-            # The server restarted or killed connections: the pool's idle ones are likely
-            # dead too. Drop them, so that the next call opens a fresh one.
-            self._client.connection_pool.disconnect(inuse_connections=False)
+        except _CONNECTION_LOST:
+            self._drop_idle()
             raise
+
+    def _drop_idle(self) -> None:
+        """Disconnect the pool's idle connections (see :data:`_CONNECTION_LOST`)."""
+        self._client.connection_pool.disconnect(inuse_connections=False)
 
     def list_tasks(self) -> list[Task]:
         """Return a consistent snapshot of every task, sorted by id (SPEC 3.7)."""
@@ -706,9 +721,8 @@ class AsyncRedisBoard(_Core):
     async def aclose(self) -> None:
         """Delete the board's keys (see ``delete_on_close``) and close the client if this
         board made it; idempotent. Any later operation raises ``RuntimeError``."""
-        if self._closed:
+        if not self._begin_close():
             return
-        self._closed = True
         try:
             if self.delete_on_close:
                 try:
@@ -716,7 +730,7 @@ class AsyncRedisBoard(_Core):
                 except redis.ConnectionError:
                     # The server ended the connection (a restart, CLIENT KILL); DEL is
                     # idempotent, so once more, on a fresh one.
-                    await self._client.connection_pool.disconnect(inuse_connections=False)
+                    await self._drop_idle()
                     await self._client.delete(*self.keys)
         finally:
             if self._owns_client:
@@ -743,12 +757,14 @@ class AsyncRedisBoard(_Core):
     async def _script(self, name: str, args: Sequence[str]) -> Any:
         try:
             return await self._scripts[name](keys=self.keys, args=args)
-        except (redis.ConnectionError, redis.TimeoutError):
-            # The server restarted or killed connections: the pool's idle ones are likely
-            # dead too (redis.asyncio does not check them before use). Drop them, so that
-            # the next call opens a fresh one.
-            await self._client.connection_pool.disconnect(inuse_connections=False)
+        except _CONNECTION_LOST:
+            await self._drop_idle()
             raise
+
+    async def _drop_idle(self) -> None:
+        """Disconnect the pool's idle connections (see :data:`_CONNECTION_LOST`): here they
+        matter most, since ``redis.asyncio`` does not check them before use."""
+        await self._client.connection_pool.disconnect(inuse_connections=False)
 
     async def list_tasks(self) -> list[Task]:
         """Return a consistent snapshot of every task, sorted by id (SPEC 3.7)."""
