@@ -117,7 +117,8 @@ _ORIGINALS = {
 
 
 class _Core:
-    """What the sync and async boards share: keys, arguments, and reading the replies."""
+    """What the sync and async boards share: keys, arguments, reading the replies, a claim's
+    attempts and the decision to close; each board adds only the calls to its client."""
 
     #: SPEC 3.4: release/complete/fail of an expired lease are LeaseLostError.
     expired_lease_policy: ClassVar[Literal["accept", "reject"]] = "reject"
@@ -239,6 +240,15 @@ class _Core:
             return sources
         return {name: _switched(source) for name, source in sources.items()}
 
+    def _register(self, client: Any) -> dict[str, Any]:
+        """Each of :meth:`_registered_sources` registered on ``client``, by name: a script
+        object that runs it with ``EVALSHA`` (and loads it on ``NOSCRIPT``). No I/O: a
+        script reaches the server on its first run."""
+        return {
+            name: client.register_script(source)
+            for name, source in self._registered_sources().items()
+        }
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(board_id={self.board_id!r}, clock={self._clock!r})"
 
@@ -269,6 +279,17 @@ class _Core:
         now = _micros(self._clock.now())
         return [task_id, agent, str(now), _until(now, request.ttl), secrets.token_hex(16)]
 
+    def _renew_args(self, task_id: str, token: str, request: ClaimRequest) -> list[str]:
+        if isinstance(self._clock, str):  # "server"
+            return [task_id, token, _ttl(request.ttl)]
+        now = _micros(self._clock.now())
+        return [task_id, token, str(now), _until(now, request.ttl)]
+
+    def _finish_args(self, task_id: str, token: str, state: State) -> list[str]:
+        if isinstance(self._clock, str):  # "server"
+            return [task_id, token, state.value]
+        return [task_id, token, str(_micros(self._clock.now())), state.value]
+
     def _claim_attempts(
         self, task_id: str, agent: str, request: ClaimRequest
     ) -> Iterator[list[str]]:
@@ -282,17 +303,6 @@ class _Core:
     def _unminted(self) -> RuntimeError:
         """What a claim raises when every attempt drew a token already issued."""
         return RuntimeError(f"{self!r}: could not mint an unused token")
-
-    def _renew_args(self, task_id: str, token: str, request: ClaimRequest) -> list[str]:
-        if isinstance(self._clock, str):  # "server"
-            return [task_id, token, _ttl(request.ttl)]
-        now = _micros(self._clock.now())
-        return [task_id, token, str(now), _until(now, request.ttl)]
-
-    def _finish_args(self, task_id: str, token: str, state: State) -> list[str]:
-        if isinstance(self._clock, str):  # "server"
-            return [task_id, token, state.value]
-        return [task_id, token, str(_micros(self._clock.now())), state.value]
 
 
 class RedisBoard(_Core):
@@ -416,10 +426,7 @@ class RedisBoard(_Core):
         super().__init__(tasks, clock, board_id, delete_on_close, fences)
         self._client: redis.Redis = self._client_for(url_or_client)
         try:
-            self._scripts = {
-                name: self._client.register_script(source)
-                for name, source in self._registered_sources().items()
-            }
+            self._scripts = self._register(self._client)
             if self._initial_args:
                 self._run("insert", self._initial_args)
         except BaseException:
@@ -621,10 +628,7 @@ class AsyncRedisBoard(_Core):
     ) -> None:
         super().__init__(tasks, clock, board_id, delete_on_close, fences)
         self._client: redis.asyncio.Redis = self._client_for(url_or_client)
-        self._scripts = {
-            name: self._client.register_script(source)
-            for name, source in self._registered_sources().items()
-        }
+        self._scripts = self._register(self._client)
         self._ready = not self._initial_args
         self._ready_lock = asyncio.Lock()  # binds to the loop on first contended use
 
