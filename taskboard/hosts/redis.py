@@ -40,23 +40,26 @@ initial tasks and its ``board_id`` (the constructor inserts the tasks the board 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import secrets
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from types import TracebackType
-from typing import Any, ClassVar, Literal, NoReturn, Self, cast
+from typing import Any, ClassVar, Literal, Self
 
 from taskboard._clock import Clock
-from taskboard._contract import ClaimRequest, Lease, State, Task
-from taskboard._errors import (
-    BlockedError,
-    LeaseLostError,
-    NotFoundError,
-    TakenError,
-    TerminalError,
+from taskboard._contract import ClaimRequest, State, Task
+from taskboard.hosts._redis_codec import (
+    _MICROSECOND,
+    _claimed,
+    _micros,
+    _returned_none,
+    _returned_task,
+    _snapshot,
+    _task_args,
+    _ttl,
+    _until,
 )
 from taskboard.hosts._redis_lua import _COLUMNS, _switched
 from taskboard.hosts._redis_lua import SCRIPTS as SCRIPTS  # the reference scripts: public here
@@ -75,9 +78,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 __all__ = ["AsyncRedisBoard", "RedisBoard"]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-_STATES = {s.value: s for s in State}
 _BOARD_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 #: How many fresh tokens a claim draws before giving up (a repeat of a 128-bit random
 #: token means a broken random source, not bad luck).
@@ -86,7 +86,7 @@ _MINT_ATTEMPTS = 8
 #: killed connections): an infrastructure fault, re-raised as is, since the script may or
 #: may not have run (SPEC 9). The pool's idle connections are likely dead too: a board
 #: drops them first (``_drop_idle``), so that its next call opens a fresh one. Any other
-#: error propagates untouched; a script's rejection is a reply, read by :func:`_reject`.
+#: error propagates untouched; a script's rejection is a reply (``_redis_codec._reject``).
 _CONNECTION_LOST = (redis.ConnectionError, redis.TimeoutError)
 
 #: How claims number their fences (see the module docstring): ``"counter"``, one above the
@@ -117,8 +117,9 @@ _ORIGINALS = {
 
 
 class _Core:
-    """What the sync and async boards share: keys, arguments, reading the replies, a claim's
-    attempts and the decision to close; each board adds only the calls to its client."""
+    """What the sync and async boards share: keys, arguments, a claim's attempts and the
+    decision to close (their scripts' replies are read by :mod:`._redis_codec`'s functions);
+    each board adds only the calls to its client."""
 
     #: SPEC 3.4: release/complete/fail of an expired lease are LeaseLostError.
     expired_lease_policy: ClassVar[Literal["accept", "reject"]] = "reject"
@@ -893,119 +894,3 @@ def _attach(
     inserts the ``pending`` initial tasks of a lazy board that never reached the server."""
     client = cls._client_of(address, clock, board_id, fences)
     return client._inserting(pending) if isinstance(client, AsyncRedisBoard) else client
-
-
-# -- encoding ----------------------------------------------------------------------------------
-
-
-def _task_args(task: Task) -> list[str]:
-    """A task as the insert script's ten arguments."""
-    lease = task.lease
-    return [
-        task.id,
-        task.title,
-        json.dumps(list(task.deps), ensure_ascii=False),
-        str(task.state),
-        task.owner,
-        "0" if lease is None else "1",
-        "" if lease is None else lease.token,
-        "" if lease is None else str(lease.fence),
-        "" if lease is None or lease.until is None else str(_micros(lease.until)),
-        str(task.seq),
-    ]
-
-
-def _text(value: object) -> str:
-    """A reply value as text (bytes from a client without ``decode_responses``)."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _task(row: Sequence[object]) -> Task:
-    id_, title, deps, state, owner, token, fence, until, seq = row
-    lease = None
-    if token is not None and fence is not None:
-        lease = Lease(
-            token=_text(token),
-            fence=int(_text(fence)),
-            until=None if until is None else _datetime(int(_text(until))),
-        )
-    # An unknown state string is kept as is: reporting it is check()'s job.
-    state_text = _text(state)
-    deps_list: list[str] = json.loads(_text(deps))
-    return Task(
-        id=_text(id_),
-        title=_text(title),
-        deps=tuple(deps_list),
-        state=_STATES.get(state_text, cast(State, state_text)),
-        owner=_text(owner),
-        lease=lease,
-        seq=int(_text(seq)),
-    )
-
-
-def _snapshot(rows: Sequence[Sequence[object]]) -> list[Task]:
-    return sorted((_task(row) for row in rows), key=lambda task: task.id)
-
-
-def _claimed(task_id: str, reply: Sequence[Any]) -> Task | None:
-    """The task a claim script's reply returns, or ``None`` if the script found its fresh
-    token already issued (it changed nothing: run it again with another token); raises the
-    SPEC error class of any other rejection (see :func:`_reject`)."""
-    if _text(reply[0]) == "token_used":
-        return None
-    return _returned_task(task_id, reply)
-
-
-def _returned_task(task_id: str, reply: Sequence[Any]) -> Task:
-    if _text(reply[0]) != "ok":
-        _reject(task_id, reply)
-    return _task(reply[1])
-
-
-def _returned_none(task_id: str, reply: Sequence[object]) -> None:
-    if _text(reply[0]) != "ok":
-        _reject(task_id, reply)
-
-
-def _reject(task_id: str, reply: Sequence[object]) -> NoReturn:
-    """Raise the SPEC error class a script's rejection code names."""
-    code, *details = [_text(value) for value in reply]
-    if code == "not_found":
-        raise NotFoundError(f"no task has id {task_id!r}")
-    if code == "terminal":
-        raise TerminalError(f"task {task_id!r} is done; done is forever")
-    if code == "blocked":
-        dep, state = details
-        raise BlockedError(f"task {task_id!r} waits for {dep!r} ({state})")
-    if code == "taken":
-        raise TakenError(f"task {task_id!r} is held by a live lease of {details[0]!r}")
-    if code == "empty_agent":
-        raise ValueError("claim needs a non-empty agent name")
-    if code == "not_claimed":
-        if details[0] == State.CLAIMED:
-            raise LeaseLostError(f"task {task_id!r} is claimed but holds no lease")
-        raise LeaseLostError(f"task {task_id!r} is {details[0]}, not claimed")
-    if code == "wrong_token":
-        raise LeaseLostError(f"token is not the current lease of {task_id!r}")
-    if code == "expired":
-        raise LeaseLostError(f"the lease on {task_id!r} expired; claim it again")
-    raise RuntimeError(f"unexpected reply from a taskboard script: {reply!r}")
-
-
-def _ttl(ttl: timedelta) -> str:
-    """A TTL as a server-clock script's argument: microseconds, or ``""`` for no expiry."""
-    return str(ttl // _MICROSECOND) if ttl > timedelta(0) else ""
-
-
-def _until(now: int, ttl: timedelta) -> str:
-    """SPEC 2: ``ttl > 0`` gives ``now + ttl``; ``ttl == 0`` gives no expiry (``""``)."""
-    return str(now + ttl // _MICROSECOND) if ttl > timedelta(0) else ""
-
-
-def _micros(when: datetime) -> int:
-    """Exact integer microseconds since the epoch of an aware datetime."""
-    return (when - _EPOCH) // _MICROSECOND
-
-
-def _datetime(micros: int) -> datetime:
-    return _EPOCH + micros * _MICROSECOND
