@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from taskboard import ClaimRequest, LeaseLostError, State, TakenError, Task
-from taskboard.hosts import redis as redis_host
+from taskboard.hosts import _redis_lua
 from taskboard.hosts.postgres import PostgresBoard
 from taskboard.hosts.redis import AsyncRedisBoard, RedisBoard
 from taskboard.hosts.server_mutants import (
@@ -207,7 +207,7 @@ def test_ttl_zero_means_no_until(make_board: BoardFactory) -> None:
 def test_the_redis_scripts_add_until_exactly(redis_server_url: str) -> None:
     """The Lua decimal add is exact past 2**53, where Lua's doubles would round."""
     with redis.Redis.from_url(redis_server_url) as client:
-        source = redis_host._PRELUDE + redis_host._SERVER_CLOCK + "return add(ARGV[1], ARGV[2])"
+        source = _redis_lua._PRELUDE + _redis_lua._SERVER_CLOCK + "return add(ARGV[1], ARGV[2])"
         for a, b in [("0", "0"), ("999", "1"), ("9007199254740993", "1"), ("1", "99999999")]:
             assert client.eval(source, 0, a, b) == str(int(a) + int(b)).encode()
         big = 220_752_000_000_000_001  # about 7000 years, in microseconds: odd, past 2**53

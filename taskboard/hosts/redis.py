@@ -40,24 +40,30 @@ initial tasks and its ``board_id`` (the constructor inserts the tasks the board 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import secrets
 import threading
-from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import timedelta
 from types import TracebackType
-from typing import Any, ClassVar, Literal, NoReturn, Self, cast
+from typing import Any, ClassVar, Literal, Self
 
 from taskboard._clock import Clock
-from taskboard._contract import ClaimRequest, Lease, State, Task
-from taskboard._errors import (
-    BlockedError,
-    LeaseLostError,
-    NotFoundError,
-    TakenError,
-    TerminalError,
+from taskboard._contract import ClaimRequest, State, Task
+from taskboard.hosts._redis_codec import (
+    _MICROSECOND,
+    _claimed,
+    _micros,
+    _returned_none,
+    _returned_task,
+    _snapshot,
+    _task_args,
+    _ttl,
+    _until,
 )
+from taskboard.hosts._redis_lua import _COLUMNS, _switched
+from taskboard.hosts._redis_lua import SCRIPTS as SCRIPTS  # the reference scripts: public here
+from taskboard.hosts._redis_lua import SERVER_SCRIPTS as SERVER_SCRIPTS
 
 try:
     import redis
@@ -72,13 +78,16 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 __all__ = ["AsyncRedisBoard", "RedisBoard"]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-_STATES = {s.value: s for s in State}
 _BOARD_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 #: How many fresh tokens a claim draws before giving up (a repeat of a 128-bit random
 #: token means a broken random source, not bad luck).
 _MINT_ATTEMPTS = 8
+#: What a script raises when its connection is lost or times out (the server restarted or
+#: killed connections): an infrastructure fault, re-raised as is, since the script may or
+#: may not have run (SPEC 9). The pool's idle connections are likely dead too: a board
+#: drops them first (``_drop_idle``), so that its next call opens a fresh one. Any other
+#: error propagates untouched; a script's rejection is a reply (``_redis_codec._reject``).
+_CONNECTION_LOST = (redis.ConnectionError, redis.TimeoutError)
 
 #: How claims number their fences (see the module docstring): ``"counter"``, one above the
 #: greatest fence the board issued; ``"time"``, also at least the server's ``TIME`` in
@@ -106,291 +115,11 @@ _ORIGINALS = {
     "orig_socket_connect_timeout": "socket_connect_timeout",
 }
 
-#: The board's keys, one hash (or set) per column, each ``taskboard:{board_id}:<column>``.
-#: Every script gets all of them as KEYS, in this order, so a script touches only
-#: declared keys, and the ``{board_id}`` hash tag keeps them in one cluster slot.
-_COLUMNS = (
-    "state",  # hash: task id -> "open" | "claimed" | "done" | "failed" (the task exists iff here)
-    "title",  # hash: task id -> title
-    "deps",  # hash: task id -> JSON array of dependency ids, in the original order
-    "owner",  # hash: task id -> owner ("" when none)
-    "token",  # hash: task id -> the current lease's token (absent: no lease)
-    "fence",  # hash: task id -> the current lease's fence (absent: no lease)
-    "until",  # hash: task id -> the current lease's until, microseconds (absent: no expiry)
-    "seq",  # hash: task id -> seq
-    "issued",  # hash: task id -> the greatest fence ever issued for it; never reset or lowered
-    "tokens",  # set: every token ever issued by this board, for any task; never pruned
-)
-
-#: The line of :data:`_PRELUDE` that picks the fence scheme: a board with ``fences="time"``
-#: registers every script with :data:`_TIME_FENCES` in its place.
-_COUNTER_FENCES = "local TIME_FENCES = false  -- fences='counter'"
-_TIME_FENCES = "local TIME_FENCES = true  -- fences='time'"
-
-# Shared by every script: key names, exact integer comparison, liveness, a task's row and
-# the holder checks of renew/release/complete/fail. Integers (until, fence, seq) stay
-# decimal strings in Lua: Lua numbers are doubles, exact only up to 2**53, and
-# microseconds since the epoch pass that in the year 2255.
-_PRELUDE = """
-local STATE, TITLE, DEPS, OWNER, TOKEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local FENCE, UNTIL, SEQ, ISSUED, TOKENS = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local TIME_FENCES = false  -- fences='counter'
-
--- a < b for canonical decimal integers (an optional '-', no leading zeros), exact at any size
-local function less(a, b)
-  local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
-  if na ~= nb then return na end
-  if na then a, b = string.sub(b, 2), string.sub(a, 2) end
-  if #a ~= #b then return #a < #b end
-  for i = 1, #a do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return false
-end
-
--- SPEC 2: a lease is live iff it has no until or now < until; at now == until it has expired
-local function live(id, now)
-  if not redis.call('HGET', TOKEN, id) then return false end
-  local until_ = redis.call('HGET', UNTIL, id)
-  return (not until_) or less(now, until_)
-end
-
--- the task as the Python side reads it (false where a field is absent)
-local function row(id)
-  return {id, redis.call('HGET', TITLE, id), redis.call('HGET', DEPS, id),
-          redis.call('HGET', STATE, id), redis.call('HGET', OWNER, id),
-          redis.call('HGET', TOKEN, id), redis.call('HGET', FENCE, id),
-          redis.call('HGET', UNTIL, id), redis.call('HGET', SEQ, id)}
-end
-
--- renew/release/complete/fail: an error reply, or false when token holds a live lease on id
--- (SPEC 3.4 "reject": an expired lease is lost even if nobody took over)
-local function holder(id, token, now)
-  local state = redis.call('HGET', STATE, id)
-  if not state then return {'not_found'} end
-  local current = redis.call('HGET', TOKEN, id)
-  if state ~= 'claimed' or not current then return {'not_claimed', state} end
-  if current ~= token then return {'wrong_token'} end
-  if not live(id, now) then return {'expired'} end
-  return false
-end
-
--- the lease's until: '' means no expiry
-local function set_until(id, until_)
-  if until_ == '' then
-    redis.call('HDEL', UNTIL, id)
-  else
-    redis.call('HSET', UNTIL, id, until_)
-  end
-end
-
--- now: Redis TIME as microseconds since the epoch, a canonical decimal string
-local function server_now()
-  local t = redis.call('TIME')
-  return t[1] .. string.format('%06d', tonumber(t[2]))
-end
-
--- record the next fence of id as issued: one above the greatest fence issued for it, and
--- with TIME_FENCES at least the server's TIME in microseconds, so that it is greater than
--- every fence issued before the server lost its keys (HINCRBY, the counter's write, fails
--- on a non-integer before anything visible is written)
-local function next_fence(id)
-  if TIME_FENCES then
-    local floor = server_now()
-    local issued = redis.call('HGET', ISSUED, id)
-    if (not issued) or less(issued, floor) then
-      redis.call('HSET', ISSUED, id, floor)
-      return
-    end
-  end
-  redis.call('HINCRBY', ISSUED, id, 1)
-end
-"""
-
-# ARGV: groups of ten: id, title, deps (JSON), state, owner, has_lease ("1"/"0"), token,
-# fence, until ("" = none), seq. Inserts only the ids not on the board yet; returns how many.
-_INSERT = """
-local added = 0
-for i = 1, #ARGV, 10 do
-  local id = ARGV[i]
-  if redis.call('HEXISTS', STATE, id) == 0 then
-    redis.call('HSET', TITLE, id, ARGV[i + 1])
-    redis.call('HSET', DEPS, id, ARGV[i + 2])
-    redis.call('HSET', OWNER, id, ARGV[i + 4])
-    redis.call('HSET', SEQ, id, ARGV[i + 9])
-    if ARGV[i + 5] == '1' then  -- an initial lease: its fence and token count as issued
-      redis.call('HSET', TOKEN, id, ARGV[i + 6])
-      redis.call('HSET', FENCE, id, ARGV[i + 7])
-      redis.call('HSET', ISSUED, id, ARGV[i + 7])
-      set_until(id, ARGV[i + 8])
-      redis.call('SADD', TOKENS, ARGV[i + 6])
-    end
-    redis.call('HSET', STATE, id, ARGV[i + 3])
-    added = added + 1
-  end
-end
-return added
-"""
-
-# One snapshot: the script runs alone on the server, so no write lands in between.
-_LIST = """
-local rows = {}
-for i, id in ipairs(redis.call('HKEYS', STATE)) do rows[i] = row(id) end
-return rows
-"""
-
-# The bodies of claim, renew and finish start from locals (``id``, ``now``, ``until_`` ...);
-# each script's first lines set them from ARGV (an injected clock) or from Redis TIME
-# (``clock="server"``), so both variants run the very same checks and writes.
-
-# Locals: id, agent, now, until_ ("" = no expiry), token (a fresh one). SPEC 3.1's order.
-_CLAIM_BODY = """
-local state = redis.call('HGET', STATE, id)
-if not state then return {'not_found'} end
-if state == 'done' then return {'terminal'} end
-for _, dep in ipairs(cjson.decode(redis.call('HGET', DEPS, id))) do
-  local dep_state = redis.call('HGET', STATE, dep)
-  if dep_state ~= 'done' then return {'blocked', dep, dep_state or 'unknown'} end
-end
-if state == 'claimed' and live(id, now) then
-  return {'taken', redis.call('HGET', OWNER, id)}
-end
-if agent == '' then return {'empty_agent'} end
-if redis.call('SISMEMBER', TOKENS, token) == 1 then return {'token_used'} end
--- Accepted. The first write that can fail (HINCRBY on a non-integer) touches no visible field.
-next_fence(id)
-redis.call('HINCRBY', SEQ, id, 1)
-redis.call('SADD', TOKENS, token)
-redis.call('HSET', STATE, id, 'claimed')
-redis.call('HSET', OWNER, id, agent)
-redis.call('HSET', TOKEN, id, token)
-redis.call('HSET', FENCE, id, redis.call('HGET', ISSUED, id))  -- the string: exact
-set_until(id, until_)
-return {'ok', row(id)}
-"""
-
-# Locals: id, token, now, until_ ("" = no expiry). SPEC 3.5.
-_RENEW_BODY = """
-local rejected = holder(id, token, now)
-if rejected then return rejected end
-redis.call('HINCRBY', SEQ, id, 1)
-set_until(id, until_)
-return {'ok', row(id)}
-"""
-
-# Locals: id, token, now, new_state. SPEC 3.2, 3.3, 3.6; the fence history stays.
-_FINISH_BODY = """
-local rejected = holder(id, token, now)
-if rejected then return rejected end
-redis.call('HINCRBY', SEQ, id, 1)
-redis.call('HSET', STATE, id, new_state)
-redis.call('HSET', OWNER, id, '')
-redis.call('HDEL', TOKEN, id)
-redis.call('HDEL', FENCE, id)
-redis.call('HDEL', UNTIL, id)
-return {'ok'}
-"""
-
-# An injected clock: the Python side reads it and passes now and until as ARGV.
-# ARGV: id, agent, now, until ("" = no expiry), a fresh token.
-_CLAIM = (
-    """
-local id, agent, now, until_, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]"""
-    + _CLAIM_BODY
-)
-# ARGV: id, token, now, until ("" = no expiry).
-_RENEW = (
-    """
-local id, token, now, until_ = ARGV[1], ARGV[2], ARGV[3], ARGV[4]"""
-    + _RENEW_BODY
-)
-# ARGV: id, token, now, the new state.
-_FINISH = (
-    """
-local id, token, now, new_state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]"""
-    + _FINISH_BODY
-)
-
-# ``clock="server"``: now is Redis TIME, read inside the script (Redis 7 replicates a
-# script's effects, not the script, so a non-deterministic command is allowed anywhere in
-# it). TIME is the server's real time when called, while Redis's own key expiry is frozen
-# at the script's start; these scripts use only TIME. The Python side passes the TTL as
-# integer microseconds ("" = no expiry) and the script adds it to now as decimal strings,
-# exactly, so the until it stores (and returns) is exactly now + ttl.
-_SERVER_CLOCK = """
--- a + b for canonical non-negative decimal integers, exact at any size
-local function add(a, b)
-  local digits, carry, i, j = {}, 0, #a, #b
-  while i > 0 or j > 0 or carry > 0 do
-    local sum = carry
-    if i > 0 then sum = sum + string.byte(a, i) - 48 end
-    if j > 0 then sum = sum + string.byte(b, j) - 48 end
-    digits[#digits + 1] = string.char(48 + sum % 10)
-    carry = (sum - sum % 10) / 10
-    i, j = i - 1, j - 1
-  end
-  return string.reverse(table.concat(digits))
-end
-
--- SPEC 2: ttl (microseconds) gives now + ttl; '' gives no expiry ('')
-local function until_at(now, ttl)
-  if ttl == '' then return '' end
-  return add(now, ttl)
-end
-"""
-# ARGV: id, agent, ttl (microseconds, "" = no expiry), a fresh token.
-_SERVER_CLAIM = (
-    """
-local id, agent, ttl, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local now = server_now()
-local until_ = until_at(now, ttl)"""
-    + _CLAIM_BODY
-)
-# ARGV: id, token, ttl (microseconds, "" = no expiry).
-_SERVER_RENEW = (
-    """
-local id, token, ttl = ARGV[1], ARGV[2], ARGV[3]
-local now = server_now()
-local until_ = until_at(now, ttl)"""
-    + _RENEW_BODY
-)
-# ARGV: id, token, the new state.
-_SERVER_FINISH = (
-    """
-local id, token, new_state = ARGV[1], ARGV[2], ARGV[3]
-local now = server_now()"""
-    + _FINISH_BODY
-)
-
-#: The Lua source of every script, by name, for an injected clock; both boards register
-#: these same scripts.
-SCRIPTS = {
-    name: _PRELUDE + body
-    for name, body in (
-        ("insert", _INSERT),
-        ("list", _LIST),
-        ("claim", _CLAIM),
-        ("renew", _RENEW),
-        ("finish", _FINISH),
-    )
-}
-
-#: The Lua source of every script, by name, for ``clock="server"`` (time from Redis TIME).
-SERVER_SCRIPTS = {
-    name: _PRELUDE + _SERVER_CLOCK + body
-    for name, body in (
-        ("insert", _INSERT),
-        ("list", _LIST),
-        ("claim", _SERVER_CLAIM),
-        ("renew", _SERVER_RENEW),
-        ("finish", _SERVER_FINISH),
-    )
-}
-
 
 class _Core:
-    """What the sync and async boards share: keys, arguments, and reading the replies."""
+    """What the sync and async boards share: keys, arguments, a claim's attempts and the
+    decision to close (their scripts' replies are read by :mod:`._redis_codec`'s functions);
+    each board adds only the calls to its client."""
 
     #: SPEC 3.4: release/complete/fail of an expired lease are LeaseLostError.
     expired_lease_policy: ClassVar[Literal["accept", "reject"]] = "reject"
@@ -435,6 +164,7 @@ class _Core:
         self.keys = [f"taskboard:{{{self.board_id}}}:{column}" for column in _COLUMNS]
         self._initial_args = [arg for task in initial for arg in _task_args(task)]
         self._closed = False
+        self._close_lock = threading.Lock()
 
     #: Where this board's client connects (set by the subclass, from its url_or_client).
     _address: _Address
@@ -511,12 +241,30 @@ class _Core:
             return sources
         return {name: _switched(source) for name, source in sources.items()}
 
+    def _register(self, client: Any) -> dict[str, Any]:
+        """Each of :meth:`_registered_sources` registered on ``client``, by name: a script
+        object that runs it with ``EVALSHA`` (and loads it on ``NOSCRIPT``). No I/O: a
+        script reaches the server on its first run."""
+        return {
+            name: client.register_script(source)
+            for name, source in self._registered_sources().items()
+        }
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(board_id={self.board_id!r}, clock={self._clock!r})"
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
+
+    def _begin_close(self) -> bool:
+        """Mark the board closed; whether it was open, and so this call must close it. Of
+        calls from several threads at once, exactly one gets ``True``."""
+        with self._close_lock:
+            if self._closed:
+                return False
+            self._closed = True
+            return True
 
     @property
     def _sources(self) -> dict[str, str]:
@@ -542,6 +290,20 @@ class _Core:
         if isinstance(self._clock, str):  # "server"
             return [task_id, token, state.value]
         return [task_id, token, str(_micros(self._clock.now())), state.value]
+
+    def _claim_attempts(
+        self, task_id: str, agent: str, request: ClaimRequest
+    ) -> Iterator[list[str]]:
+        """The claim script's arguments for each of at most :data:`_MINT_ATTEMPTS` runs,
+        each made when the loop asks for it, just before its run: a fresh token, and an
+        injected clock read anew. A claim runs the script with each until :func:`_claimed`
+        gives a task (or raises), then raises :meth:`_unminted`."""
+        for _ in range(_MINT_ATTEMPTS):
+            yield self._claim_args(task_id, agent, request)
+
+    def _unminted(self) -> RuntimeError:
+        """What a claim raises when every attempt drew a token already issued."""
+        return RuntimeError(f"{self!r}: could not mint an unused token")
 
 
 class RedisBoard(_Core):
@@ -663,13 +425,9 @@ class RedisBoard(_Core):
         fences: Fences = "counter",
     ) -> None:
         super().__init__(tasks, clock, board_id, delete_on_close, fences)
-        self._lock = threading.Lock()
         self._client: redis.Redis = self._client_for(url_or_client)
         try:
-            self._scripts = {
-                name: self._client.register_script(source)
-                for name, source in self._registered_sources().items()
-            }
+            self._scripts = self._register(self._client)
             if self._initial_args:
                 self._run("insert", self._initial_args)
         except BaseException:
@@ -710,10 +468,8 @@ class RedisBoard(_Core):
     def close(self) -> None:
         """Delete the board's keys (see ``delete_on_close``) and close the client if this
         board made it; idempotent. Any later operation raises ``RuntimeError``."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+        if not self._begin_close():
+            return
         try:
             if self.delete_on_close:
                 try:
@@ -721,7 +477,7 @@ class RedisBoard(_Core):
                 except redis.ConnectionError:
                     # The server ended the connection (a restart, CLIENT KILL); DEL is
                     # idempotent, so once more, on a fresh one.
-                    self._client.connection_pool.disconnect(inuse_connections=False)
+                    self._drop_idle()
                     self._client.delete(*self.keys)
         finally:
             if self._owns_client:
@@ -731,11 +487,13 @@ class RedisBoard(_Core):
         self._check_open()
         try:
             return self._scripts[name](keys=self.keys, args=args)
-        except (redis.ConnectionError, redis.TimeoutError):
-            # The server restarted or killed connections: the pool's idle ones are likely
-            # dead too. Drop them, so that the next call opens a fresh one.
-            self._client.connection_pool.disconnect(inuse_connections=False)
+        except _CONNECTION_LOST:
+            self._drop_idle()
             raise
+
+    def _drop_idle(self) -> None:
+        """Disconnect the pool's idle connections (see :data:`_CONNECTION_LOST`)."""
+        self._client.connection_pool.disconnect(inuse_connections=False)
 
     def list_tasks(self) -> list[Task]:
         """Return a consistent snapshot of every task, sorted by id (SPEC 3.7)."""
@@ -754,11 +512,11 @@ class RedisBoard(_Core):
             TakenError: the task is ``CLAIMED`` and its lease is live.
             ValueError: ``agent`` is empty (checked last).
         """
-        for _ in range(_MINT_ATTEMPTS):
-            reply = self._run("claim", self._claim_args(task_id, agent, request))
-            if not _token_used(reply):
-                return _returned_task(task_id, reply)
-        raise RuntimeError(f"{self!r}: could not mint an unused token")
+        for args in self._claim_attempts(task_id, agent, request):
+            task = _claimed(task_id, self._run("claim", args))
+            if task is not None:
+                return task
+        raise self._unminted()
 
     def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
         """Recompute the lease's ``until`` from this board's clock (SPEC 3.5): the injected
@@ -871,10 +629,7 @@ class AsyncRedisBoard(_Core):
     ) -> None:
         super().__init__(tasks, clock, board_id, delete_on_close, fences)
         self._client: redis.asyncio.Redis = self._client_for(url_or_client)
-        self._scripts = {
-            name: self._client.register_script(source)
-            for name, source in self._registered_sources().items()
-        }
+        self._scripts = self._register(self._client)
         self._ready = not self._initial_args
         self._ready_lock = asyncio.Lock()  # binds to the loop on first contended use
 
@@ -971,9 +726,8 @@ class AsyncRedisBoard(_Core):
     async def aclose(self) -> None:
         """Delete the board's keys (see ``delete_on_close``) and close the client if this
         board made it; idempotent. Any later operation raises ``RuntimeError``."""
-        if self._closed:
+        if not self._begin_close():
             return
-        self._closed = True
         try:
             if self.delete_on_close:
                 try:
@@ -981,7 +735,7 @@ class AsyncRedisBoard(_Core):
                 except redis.ConnectionError:
                     # The server ended the connection (a restart, CLIENT KILL); DEL is
                     # idempotent, so once more, on a fresh one.
-                    await self._client.connection_pool.disconnect(inuse_connections=False)
+                    await self._drop_idle()
                     await self._client.delete(*self.keys)
         finally:
             if self._owns_client:
@@ -1008,12 +762,14 @@ class AsyncRedisBoard(_Core):
     async def _script(self, name: str, args: Sequence[str]) -> Any:
         try:
             return await self._scripts[name](keys=self.keys, args=args)
-        except (redis.ConnectionError, redis.TimeoutError):
-            # The server restarted or killed connections: the pool's idle ones are likely
-            # dead too (redis.asyncio does not check them before use). Drop them, so that
-            # the next call opens a fresh one.
-            await self._client.connection_pool.disconnect(inuse_connections=False)
+        except _CONNECTION_LOST:
+            await self._drop_idle()
             raise
+
+    async def _drop_idle(self) -> None:
+        """Disconnect the pool's idle connections (see :data:`_CONNECTION_LOST`): here they
+        matter most, since ``redis.asyncio`` does not check them before use."""
+        await self._client.connection_pool.disconnect(inuse_connections=False)
 
     async def list_tasks(self) -> list[Task]:
         """Return a consistent snapshot of every task, sorted by id (SPEC 3.7)."""
@@ -1021,11 +777,11 @@ class AsyncRedisBoard(_Core):
 
     async def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
         """Claim ``task_id`` for ``agent`` (SPEC 3.1); as :meth:`RedisBoard.claim`."""
-        for _ in range(_MINT_ATTEMPTS):
-            reply = await self._run("claim", self._claim_args(task_id, agent, request))
-            if not _token_used(reply):
-                return _returned_task(task_id, reply)
-        raise RuntimeError(f"{self!r}: could not mint an unused token")
+        for args in self._claim_attempts(task_id, agent, request):
+            task = _claimed(task_id, await self._run("claim", args))
+            if task is not None:
+                return task
+        raise self._unminted()
 
     async def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
         """Recompute the lease's ``until`` (SPEC 3.5); as :meth:`RedisBoard.renew`."""
@@ -1126,13 +882,6 @@ def _async_client(address: tuple[type[Any], dict[str, Any]]) -> redis.asyncio.Re
     )
 
 
-def _switched(source: str) -> str:
-    """A script's source with the time fence scheme on (see :data:`_COUNTER_FENCES`)."""
-    if source.count(_COUNTER_FENCES) != 1:
-        raise AssertionError("a taskboard script lacks the fence scheme line of the prelude")
-    return source.replace(_COUNTER_FENCES, _TIME_FENCES)
-
-
 def _attach(
     cls: type[_Core],
     address: _Address,
@@ -1145,114 +894,3 @@ def _attach(
     inserts the ``pending`` initial tasks of a lazy board that never reached the server."""
     client = cls._client_of(address, clock, board_id, fences)
     return client._inserting(pending) if isinstance(client, AsyncRedisBoard) else client
-
-
-# -- encoding ----------------------------------------------------------------------------------
-
-
-def _task_args(task: Task) -> list[str]:
-    """A task as the insert script's ten arguments."""
-    lease = task.lease
-    return [
-        task.id,
-        task.title,
-        json.dumps(list(task.deps), ensure_ascii=False),
-        str(task.state),
-        task.owner,
-        "0" if lease is None else "1",
-        "" if lease is None else lease.token,
-        "" if lease is None else str(lease.fence),
-        "" if lease is None or lease.until is None else str(_micros(lease.until)),
-        str(task.seq),
-    ]
-
-
-def _text(value: object) -> str:
-    """A reply value as text (bytes from a client without ``decode_responses``)."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _task(row: Sequence[object]) -> Task:
-    id_, title, deps, state, owner, token, fence, until, seq = row
-    lease = None
-    if token is not None and fence is not None:
-        lease = Lease(
-            token=_text(token),
-            fence=int(_text(fence)),
-            until=None if until is None else _datetime(int(_text(until))),
-        )
-    # An unknown state string is kept as is: reporting it is check()'s job.
-    state_text = _text(state)
-    deps_list: list[str] = json.loads(_text(deps))
-    return Task(
-        id=_text(id_),
-        title=_text(title),
-        deps=tuple(deps_list),
-        state=_STATES.get(state_text, cast(State, state_text)),
-        owner=_text(owner),
-        lease=lease,
-        seq=int(_text(seq)),
-    )
-
-
-def _snapshot(rows: Sequence[Sequence[object]]) -> list[Task]:
-    return sorted((_task(row) for row in rows), key=lambda task: task.id)
-
-
-def _token_used(reply: Sequence[object]) -> bool:
-    return _text(reply[0]) == "token_used"
-
-
-def _returned_task(task_id: str, reply: Sequence[Any]) -> Task:
-    if _text(reply[0]) != "ok":
-        _reject(task_id, reply)
-    return _task(reply[1])
-
-
-def _returned_none(task_id: str, reply: Sequence[object]) -> None:
-    if _text(reply[0]) != "ok":
-        _reject(task_id, reply)
-
-
-def _reject(task_id: str, reply: Sequence[object]) -> NoReturn:
-    """Raise the SPEC error class a script's rejection code names."""
-    code, *details = [_text(value) for value in reply]
-    if code == "not_found":
-        raise NotFoundError(f"no task has id {task_id!r}")
-    if code == "terminal":
-        raise TerminalError(f"task {task_id!r} is done; done is forever")
-    if code == "blocked":
-        dep, state = details
-        raise BlockedError(f"task {task_id!r} waits for {dep!r} ({state})")
-    if code == "taken":
-        raise TakenError(f"task {task_id!r} is held by a live lease of {details[0]!r}")
-    if code == "empty_agent":
-        raise ValueError("claim needs a non-empty agent name")
-    if code == "not_claimed":
-        if details[0] == State.CLAIMED:
-            raise LeaseLostError(f"task {task_id!r} is claimed but holds no lease")
-        raise LeaseLostError(f"task {task_id!r} is {details[0]}, not claimed")
-    if code == "wrong_token":
-        raise LeaseLostError(f"token is not the current lease of {task_id!r}")
-    if code == "expired":
-        raise LeaseLostError(f"the lease on {task_id!r} expired; claim it again")
-    raise RuntimeError(f"unexpected reply from a taskboard script: {reply!r}")
-
-
-def _ttl(ttl: timedelta) -> str:
-    """A TTL as a server-clock script's argument: microseconds, or ``""`` for no expiry."""
-    return str(ttl // _MICROSECOND) if ttl > timedelta(0) else ""
-
-
-def _until(now: int, ttl: timedelta) -> str:
-    """SPEC 2: ``ttl > 0`` gives ``now + ttl``; ``ttl == 0`` gives no expiry (``""``)."""
-    return str(now + ttl // _MICROSECOND) if ttl > timedelta(0) else ""
-
-
-def _micros(when: datetime) -> int:
-    """Exact integer microseconds since the epoch of an aware datetime."""
-    return (when - _EPOCH) // _MICROSECOND
-
-
-def _datetime(micros: int) -> datetime:
-    return _EPOCH + micros * _MICROSECOND

@@ -27,7 +27,8 @@ from typing import ClassVar, Literal
 
 from taskboard._clock import Clock
 from taskboard._contract import ClaimRequest, State, Task
-from taskboard.hosts.redis import SERVER_SCRIPTS, RedisBoard, _returned_none
+from taskboard.hosts._redis_codec import _returned_none
+from taskboard.hosts.redis import SERVER_SCRIPTS, RedisBoard
 
 try:
     import redis
