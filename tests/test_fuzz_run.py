@@ -40,25 +40,6 @@ class SlowBoard(MemoryBoard):
         return super().claim(task_id, agent, request)
 
 
-class Renewless:
-    """A correct board without renew and fail."""
-
-    def __init__(self, tasks: Sequence[Task], clock: Clock) -> None:
-        self._inner = MemoryBoard(tasks, clock)
-
-    def list_tasks(self) -> list[Task]:
-        return self._inner.list_tasks()
-
-    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
-        return self._inner.claim(task_id, agent, request)
-
-    def release(self, task_id: str, token: str) -> None:
-        self._inner.release(task_id, token)
-
-    def complete(self, task_id: str, token: str) -> None:
-        self._inner.complete(task_id, token)
-
-
 class MemoryWithClients(MemoryBoard):
     """MemoryBoard whose only client is itself: the races run on 'a client each'."""
 
@@ -141,7 +122,7 @@ def test_a_board_without_renew_gets_no_advice_about_renews(tmp_path: Path) -> No
     """The key transitions a board without renew and fail can never reach are left out, and
     the summary says why."""
     report = fuzz(
-        "tests.test_fuzz_run:Renewless",
+        "tests.test_boardtest:NoRenewBoard",
         quiet(tmp_path, max_examples=20, mode="sequential"),
         progress=None,
     )
