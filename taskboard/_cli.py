@@ -320,6 +320,8 @@ def _summary(report: FuzzReport) -> str:
             f"{report.parallel_programs} parallel programs ({report.parallel_runs} parallel "
             f"program runs, {report.programs_per_second:,.1f} programs/s)"
         )
+    if report.shrink_runs:
+        lines.append(f"then {report.shrink_runs} runs to shrink the failure to its trace")
     lines.append(f"seed {report.seed}: rerun with --seed {report.seed}")
     if report.settings:
         lines.append(f"settings: {report.settings}")

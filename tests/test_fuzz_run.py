@@ -153,3 +153,19 @@ def test_fuzz_leaves_the_machine_class_as_it_was(tmp_path: Path) -> None:
     )
     assert dict(vars(FiveSteps)) == before
     assert FiveSteps.tolerate_faults is False
+
+
+def test_a_failure_found_at_the_last_example_is_still_shrunk_and_reported(tmp_path: Path) -> None:
+    """The example count and the budget stop the search, not the shrinking of what it found:
+    the failure is reported shrunk, and the shrinking runs are not counted as examples."""
+    report = fuzz(
+        "taskboard.hosts.mutants:RenewWithoutTokenCheck",
+        quiet(tmp_path, max_examples=40, mode="sequential"),
+        progress=None,
+    )
+    assert report.failure is not None
+    assert "contract violation" in report.failure
+    assert report.trace_file is not None
+    assert report.examples <= 40
+    assert report.shrink_runs > 0
+    assert f"then {report.shrink_runs} runs to shrink" in _summary(report)

@@ -43,6 +43,8 @@ class FuzzReport:
     seed: int | None = None
     #: True when Ctrl-C stopped the run; the counts are those reached by then.
     interrupted: bool = False
+    #: Runs Hypothesis made to shrink the failure found (not counted as examples).
+    shrink_runs: int = 0
     #: The optional operations (``renew``, ``fail``) the boards had; ``None``: none was made.
     operations: frozenset[str] | None = None
     #: The Hypothesis settings the run used, in words (see :func:`settings_in_force`).
@@ -86,6 +88,7 @@ class FuzzReport:
         self.parallel_seconds += other.parallel_seconds
         self.transitions.update(other.transitions)
         self.concurrent_calls.update(other.concurrent_calls)
+        self.shrink_runs += other.shrink_runs
         self.interrupted = self.interrupted or other.interrupted
         if other.operations is not None:
             self.operations = (self.operations or frozenset()) | other.operations

@@ -75,14 +75,24 @@ class Run:
         base = self.options.settings(self.target, self.database)
         mode = self.options.mode
 
+        found = False
+
         def done() -> bool:
+            # Once a failure is found, only Ctrl-C stops the run: Hypothesis shrinks it first.
+            if stop.is_set():
+                return True
             spent = self.max_examples is not None and (
                 report.examples + report.parallel_runs >= self.max_examples
             )
-            return spent or stop.is_set() or time.monotonic() >= self.deadline
+            return not found and (spent or time.monotonic() >= self.deadline)
 
         def counted(example: ExampleStats) -> None:
-            report.count(example)
+            nonlocal found
+            if found:  # Hypothesis shrinking the failure: not a new example of the search
+                report.shrink_runs += 1
+            else:
+                report.count(example)
+            found = found or example.failed
             tick()
 
         batch_index = 0

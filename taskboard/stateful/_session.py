@@ -109,6 +109,8 @@ class ExampleStats:
     concurrent_calls: Counter[tuple[str, str]]
     #: The optional operations the board has (``renew``, ``fail``); ``None``: no board made.
     operations: frozenset[str] | None
+    #: True when the example ended with a violation or a fault.
+    failed: bool = False
 
     @property
     def steps(self) -> int:
@@ -289,6 +291,7 @@ class Session:
             self.transitions,
             self.concurrent_calls,
             operations,
+            failed=self.failure is not None,
         )
         for listener in _LISTENERS:
             listener(stats)
