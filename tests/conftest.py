@@ -102,6 +102,19 @@ def restartable_postgres(postgres_server: "PostgresServer") -> "PostgresServer":
     return postgres_server
 
 
+#: The tests of the one PostgreSQL server of ``TASKBOARD_POSTGRES_URL`` run in one xdist
+#: worker, one after another: the nemesis tests restart that server under everyone using it.
+POSTGRES_GROUP = "postgres-server"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put every test that may use the shared PostgreSQL server into one xdist group."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "postgres" in item.nodeid.lower() or "postgres_server_url" in fixtures:
+            item.add_marker(pytest.mark.xdist_group(POSTGRES_GROUP))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """One line for the tests that skipped for want of a server, per server, instead of one
     line per test; every other skip is listed with its reason."""

@@ -534,7 +534,11 @@ def test_cycles_read_off_a_child_are_the_ones_walked(data: st.DataObject) -> Non
     cycles_both_ways(succ, data.draw(st.sampled_from([1, 2, 3, 8, size])))
 
 
-@pytest.mark.parametrize("limit", [2, 8, 5000])
+@pytest.mark.parametrize(
+    "limit",
+    # Every cycle of a 3000-task chorded ring, read and walked: seconds, so a slow test.
+    [2, 8, pytest.param(5000, marks=pytest.mark.slow)],
+)
 @pytest.mark.parametrize("shape", ["chorded cycle", "tangle"])
 def test_long_cycles_read_off_a_child_are_the_ones_walked(shape: str, limit: int) -> None:
     """On large components with long cycles too, reading and walking name the same cycles."""
