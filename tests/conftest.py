@@ -1,8 +1,11 @@
 """Test-suite configuration: deterministic Hypothesis runs unless a profile is asked for,
 and the real servers (PostgreSQL, Redis) that server-backed tests need."""
 
+import fcntl
+import hashlib
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NoReturn
 
@@ -102,17 +105,30 @@ def restartable_postgres(postgres_server: "PostgresServer") -> "PostgresServer":
     return postgres_server
 
 
-#: The tests of the one PostgreSQL server of ``TASKBOARD_POSTGRES_URL`` run in one xdist
-#: worker, one after another: the nemesis tests restart that server under everyone using it.
-POSTGRES_GROUP = "postgres-server"
+def _uses_postgres_server(item: pytest.Item) -> bool:
+    fixtures = getattr(item, "fixturenames", ())
+    return "postgres" in item.nodeid.lower() or "postgres_server_url" in fixtures
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put every test that may use the shared PostgreSQL server into one xdist group."""
-    for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        if "postgres" in item.nodeid.lower() or "postgres_server_url" in fixtures:
-            item.add_marker(pytest.mark.xdist_group(POSTGRES_GROUP))
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Run the tests of the one PostgreSQL server of ``TASKBOARD_POSTGRES_URL`` one at a
+    time across the xdist workers (and across test runs sharing that server): the nemesis
+    tests restart the server under everyone using it.
+
+    A lock file, not an ``xdist_group``: pytest 9 ignores the node-id suffix through which
+    pytest-xdist 3.8 implements the groups, so the groups spread over the workers."""
+    url = os.environ.get("TASKBOARD_POSTGRES_URL")
+    if not url or not _uses_postgres_server(item):
+        return (yield)
+    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+    lock_path = os.path.join(tempfile.gettempdir(), f"taskboard-tests-postgres-{digest}.lock")
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
