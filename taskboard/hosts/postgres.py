@@ -264,7 +264,7 @@ class PostgresBoard:
                 # In id order, so constructors attaching at once wait on each other's
                 # inserts in one order and cannot deadlock.
                 for task in sorted(initial, key=lambda t: str(t.id)):
-                    self._insert_if_missing(conn, task)
+                    _insert_if_missing(conn, self.board_id, task)
         except BaseException:
             self._closed = True
             for conn in self._idle:
@@ -388,7 +388,7 @@ class PostgresBoard:
             ValueError: ``agent`` is empty or holds a NUL character (checked last).
         """
         with self._transaction() as conn:
-            task = self._lock_task(conn, task_id)
+            task = _lock_task(conn, self.board_id, task_id)
             now = self._now(conn)
             if task.state == State.DONE:
                 raise TerminalError(f"task {task_id!r} is done; done is forever")
@@ -421,9 +421,10 @@ class PostgresBoard:
             issued: int = 0 if row is None else row[0]
             current = task.lease.fence if task.lease is not None else 0
             fence = max(issued, current) + 1
-            token = self._mint(conn, task_id, fence, agent, now)
-            return self._update(
+            token = _mint(conn, self.board_id, task_id, fence, agent, now)
+            return _update(
                 conn,
+                self.board_id,
                 "state = %s, owner = %s, lease_token = %s, lease_fence = %s, lease_until = %s",
                 (State.CLAIMED.value, agent, token, fence, _until(now, request.ttl)),
                 task_id,
@@ -444,10 +445,12 @@ class PostgresBoard:
                 current token, or the lease has expired.
         """
         with self._transaction() as conn:
-            task = self._lock_task(conn, task_id)
+            task = _lock_task(conn, self.board_id, task_id)
             now = self._now(conn)
             _check_holder(task, token, now)
-            return self._update(conn, "lease_until = %s", (_until(now, request.ttl),), task_id)
+            return _update(
+                conn, self.board_id, "lease_until = %s", (_until(now, request.ttl),), task_id
+            )
 
     def release(self, task_id: str, token: str) -> None:
         """Give the task back: ``OPEN``, no owner, no lease (SPEC 3.2).
@@ -481,83 +484,16 @@ class PostgresBoard:
 
     def _finish(self, task_id: str, token: str, state: State) -> None:
         with self._transaction() as conn:
-            task = self._lock_task(conn, task_id)
+            task = _lock_task(conn, self.board_id, task_id)
             now = self._now(conn)
             _check_holder(task, token, now)  # SPEC 3.4 "reject": an expired lease is lost
-            self._update(
+            _update(
                 conn,
+                self.board_id,
                 "state = %s, owner = '', lease_token = NULL, lease_fence = NULL,"
                 " lease_until = NULL",
                 (state.value,),
                 task_id,
-            )
-
-    # -- statements ------------------------------------------------------------------------
-
-    def _lock_task(self, conn: Connection, task_id: str) -> Task:
-        """The task's row, locked ``FOR UPDATE`` until the transaction ends."""
-        row = None
-        if "\x00" not in task_id:  # text cannot hold NUL, so no stored id has one
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM taskboard_tasks WHERE board_id = %s AND id = %s"
-                " FOR UPDATE",
-                (self.board_id, task_id),
-            ).fetchone()
-        if row is None:
-            raise NotFoundError(f"no task has id {task_id!r}")
-        return _task(cast(_TaskRow, row))
-
-    def _update(
-        self, conn: Connection, assignments: str, values: tuple[Any, ...], task_id: str
-    ) -> Task:
-        """Apply ``assignments`` to the (locked) task, grow its seq, and return it as stored."""
-        row = conn.execute(
-            f"UPDATE taskboard_tasks SET {assignments}, seq = seq + 1"
-            f" WHERE board_id = %s AND id = %s RETURNING {_COLUMNS}",
-            (*values, self.board_id, task_id),
-        ).fetchone()
-        assert row is not None, "the row is locked by this transaction"
-        return _task(cast(_TaskRow, row))
-
-    def _mint(self, conn: Connection, task_id: str, fence: int, agent: str, now: int) -> str:
-        """Record a new lease in the history; the UNIQUE token refuses any reuse."""
-        for _ in range(_MINT_ATTEMPTS):
-            token = secrets.token_hex(16)
-            # Only a repeated token is skipped: a repeated fence would be a bug, and raises.
-            row = conn.execute(
-                "INSERT INTO taskboard_leases (board_id, task_id, fence, token, agent, issued_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (board_id, token) DO NOTHING RETURNING token",
-                (self.board_id, task_id, fence, token, agent, now),
-            ).fetchone()
-            if row is not None:
-                return token
-        raise RuntimeError(f"{self!r}: could not mint an unused token")
-
-    def _insert_if_missing(self, conn: Connection, task: Task) -> None:
-        lease = task.lease
-        inserted = conn.execute(
-            f"INSERT INTO taskboard_tasks (board_id, {_COLUMNS})"
-            " VALUES (%s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (board_id, id) DO NOTHING RETURNING id",
-            (
-                self.board_id,
-                task.id,
-                task.title,
-                list(task.deps),
-                str(task.state),
-                task.owner,
-                None if lease is None else lease.token,
-                None if lease is None else lease.fence,
-                None if lease is None or lease.until is None else _micros(lease.until),
-                task.seq,
-            ),
-        ).fetchone()
-        if inserted is not None and lease is not None:
-            conn.execute(
-                "INSERT INTO taskboard_leases (board_id, task_id, fence, token, agent, issued_at)"
-                " VALUES (%s, %s, %s, %s, %s, NULL) ON CONFLICT DO NOTHING",
-                (self.board_id, task.id, lease.fence, lease.token, task.owner),
             )
 
     # -- connections -----------------------------------------------------------------------
@@ -607,6 +543,78 @@ class PostgresBoard:
         """One transaction: commit on return, roll back on any exception."""
         with self._connection() as conn, conn.transaction():
             yield conn
+
+
+# -- statements, each inside a transaction the caller holds ------------------------------
+
+
+def _lock_task(conn: Connection, board_id: str, task_id: str) -> Task:
+    """Board ``board_id``'s task's row, locked ``FOR UPDATE`` until the transaction ends."""
+    row = None
+    if "\x00" not in task_id:  # text cannot hold NUL, so no stored id has one
+        row = conn.execute(
+            f"SELECT {_COLUMNS} FROM taskboard_tasks WHERE board_id = %s AND id = %s FOR UPDATE",
+            (board_id, task_id),
+        ).fetchone()
+    if row is None:
+        raise NotFoundError(f"no task has id {task_id!r}")
+    return _task(cast(_TaskRow, row))
+
+
+def _update(
+    conn: Connection, board_id: str, assignments: str, values: tuple[Any, ...], task_id: str
+) -> Task:
+    """Apply ``assignments`` to the (locked) task, grow its seq, and return it as stored."""
+    row = conn.execute(
+        f"UPDATE taskboard_tasks SET {assignments}, seq = seq + 1"
+        f" WHERE board_id = %s AND id = %s RETURNING {_COLUMNS}",
+        (*values, board_id, task_id),
+    ).fetchone()
+    assert row is not None, "the row is locked by this transaction"
+    return _task(cast(_TaskRow, row))
+
+
+def _mint(conn: Connection, board_id: str, task_id: str, fence: int, agent: str, now: int) -> str:
+    """Record a new lease in the history; the UNIQUE token refuses any reuse."""
+    for _ in range(_MINT_ATTEMPTS):
+        token = secrets.token_hex(16)
+        # Only a repeated token is skipped: a repeated fence would be a bug, and raises.
+        row = conn.execute(
+            "INSERT INTO taskboard_leases (board_id, task_id, fence, token, agent, issued_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (board_id, token) DO NOTHING RETURNING token",
+            (board_id, task_id, fence, token, agent, now),
+        ).fetchone()
+        if row is not None:
+            return token
+    raise RuntimeError(f"board {board_id!r}: could not mint an unused token")
+
+
+def _insert_if_missing(conn: Connection, board_id: str, task: Task) -> None:
+    lease = task.lease
+    inserted = conn.execute(
+        f"INSERT INTO taskboard_tasks (board_id, {_COLUMNS})"
+        " VALUES (%s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT (board_id, id) DO NOTHING RETURNING id",
+        (
+            board_id,
+            task.id,
+            task.title,
+            list(task.deps),
+            str(task.state),
+            task.owner,
+            None if lease is None else lease.token,
+            None if lease is None else lease.fence,
+            None if lease is None or lease.until is None else _micros(lease.until),
+            task.seq,
+        ),
+    ).fetchone()
+    if inserted is not None and lease is not None:
+        conn.execute(
+            "INSERT INTO taskboard_leases (board_id, task_id, fence, token, agent, issued_at)"
+            " VALUES (%s, %s, %s, %s, %s, NULL) ON CONFLICT DO NOTHING",
+            (board_id, task.id, lease.fence, lease.token, task.owner),
+        )
 
 
 def _attach(
