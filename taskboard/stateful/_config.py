@@ -91,6 +91,13 @@ class MachineConfig:
         return self.clock_mode == "wall"
 
     @property
+    def outcomes_vary(self) -> bool:
+        """True when one example's outcomes may differ between its runs: on the wall clock,
+        and when faults are tolerated (a dropped connection, a restart's timing). What
+        Hypothesis draws must then not depend on outcomes, or a replay is flaky."""
+        return self.wall or self.tolerate_faults is not False
+
+    @property
     def ttl_unit(self) -> timedelta:
         """What a drawn TTL or clock step counts in: the resolution, or on the wall clock the
         least multiple of it that outlasts a call's uncertainty."""

@@ -555,11 +555,12 @@ class BoardMachine(RuleBasedStateMachine):
         return LeaseRef(session.labels[lease.token], task, lease.token, lease.fence, agent)
 
     def _no_new_lease(self, task_id: str) -> Any:
-        """What a claim that returned no lease adds to the ``leases`` bundle: nothing, or on the
-        wall clock the task's latest lease (one never issued if it has none). On the wall clock
-        an outcome may differ between runs of one example; what Hypothesis draws may not."""
+        """What a claim that returned no lease adds to the ``leases`` bundle: nothing, or, where
+        an outcome may differ between runs of one example (the wall clock, tolerated faults),
+        the task's latest lease (one never issued if it has none): what Hypothesis draws may
+        not differ."""
         session = self._session
-        if not session.wall:
+        if not session.config.outcomes_vary:
             return multiple()
         latest = session.latest_lease(task_id)
         if latest is None:
@@ -652,9 +653,10 @@ class BoardMachine(RuleBasedStateMachine):
         step = ticks * unit + (unit / 2 if session.wall else timedelta(0))
         session.move_clock(session.clock.now() + step, "")
 
-    # On the wall clock whether a lease is still ahead depends on timing, so the rule is always
-    # enabled (Hypothesis needs the same rules enabled whenever an example replays).
-    @precondition(lambda self: self._session.wall or bool(self._session.expiring()))
+    # On the wall clock whether a lease is still ahead depends on timing, and with tolerated
+    # faults on whether a claim met one, so the rule is then always enabled (Hypothesis needs
+    # the same rules enabled whenever an example replays).
+    @precondition(lambda self: self._session.config.outcomes_vary or bool(self._session.expiring()))
     @rule(
         target=leases,
         which=choice(range(len(TASK_IDS))),
@@ -672,7 +674,7 @@ class BoardMachine(RuleBasedStateMachine):
         resolution and (before) the calls' latency, so the call's window is on one side."""
         session = self._session
         expiring = session.expiring()
-        if not expiring:  # the wall clock only: no lease ends soon, so no boundary to land on
+        if not expiring:  # outcomes vary: no lease ends soon, so no boundary to land on
             return self.claim(TASK_IDS[which], agent, ttl_ticks) if then == "claim" else multiple()
         task_id, token, until = expiring[which % len(expiring)]
         session.land_at_expiry(token, until, early=early)
