@@ -6,17 +6,17 @@ clock (SPEC 7). For each call it says which outcomes the contract allows
 (:meth:`BoardModel.expect`), then advances on what the board actually did
 (:meth:`BoardModel.advance`), rejecting what was not allowed. Tokens and fences
 are minted by the board, so the model checks their properties (fresh token,
-greater fence) and then adopts the board's values.
+greater fence) and then adopts the board's values. Those rules, for every task a
+board returns or lists, are in :mod:`taskboard.model._returns`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar, get_args
+from typing import Literal, get_args
 
 from taskboard._clock import as_utc
 from taskboard._contract import Lease, State, Task
@@ -25,12 +25,28 @@ from taskboard.model._calls import (
     Call,
     Op,
     Outcome,
-    Step,
     When,
     Window,
     describe_task,
     format_duration,
 )
+from taskboard.model._returns import (
+    SUCCESS_CLAUSE,
+    IssuedLease,
+    SeqRule,
+    check_claimed_lease,
+    check_renewed_lease,
+    check_seq_grew,
+    check_unchanged_fields,
+    check_until,
+    compare,
+    matches,
+    returned_task,
+    snapshot_by_id,
+)
+from taskboard.model._returns import applied_outcome as applied_outcome
+from taskboard.model._violation import ContractViolation, violations_in
+from taskboard.model._violation import errors_in as errors_in
 
 __all__ = [
     "EXPIRED_LEASE_POLICIES",
@@ -49,66 +65,7 @@ ExpiredLeasePolicy = Literal["either", "accept", "reject"]
 #: The three :data:`ExpiredLeasePolicy` values, for checking one read at run time.
 EXPIRED_LEASE_POLICIES: tuple[str, ...] = get_args(ExpiredLeasePolicy)
 
-#: The clause each operation's success is defined by.
-_CLAUSE = {
-    Op.CLAIM: "SPEC 3.1",
-    Op.RENEW: "SPEC 3.5",
-    Op.RELEASE: "SPEC 3.2",
-    Op.COMPLETE: "SPEC 3.3",
-    Op.FAIL: "SPEC 3.6",
-}
 _AFTER = {Op.RELEASE: State.OPEN, Op.COMPLETE: State.DONE, Op.FAIL: State.FAILED}
-
-
-E = TypeVar("E", bound=BaseException)
-
-
-class ContractViolation(AssertionError):
-    """The board did something the contract does not allow.
-
-    Raised by the model (and, with the step and trace added, by the machine).
-    ``clause`` names the SPEC clause, ``expected`` what the contract allowed and
-    why, ``observed`` what the board did. It is an ``AssertionError`` so test
-    runners report it as a test failure, not as an error in the test itself.
-    """
-
-    #: The step that broke the contract (``None`` for the initial snapshot), when known.
-    step: Step | None = None
-    #: Every step of the run up to and including :attr:`step`, when known.
-    trace: tuple[Step, ...] = ()
-    #: The JSON trace file written for this failure, if one was.
-    trace_file: str | None = None
-    #: The run as a ``taskboard.stateful.Trace``, kept by the machine in case it does not recur.
-    recording: Any = None
-    #: The machine's whole report of it (a value of ``taskboard.stateful``), when it made one.
-    report: Any = None
-
-    def __init__(self, clause: str, expected: str, observed: str, *, report: str = "") -> None:
-        self.clause = clause
-        self.expected = expected
-        self.observed = observed
-        # ``report``: the whole text a checker made of it (the step, the trace, ...).
-        super().__init__(report or f"{clause}: expected {expected}; the board {observed}")
-
-
-def violations_in(error: BaseException | None) -> list[ContractViolation]:
-    """The contract violations in an error: itself, its group members, or what it interrupted.
-
-    Hypothesis may wrap a violation: in an ``ExceptionGroup`` when it reports several bugs,
-    or in a ``Flaky...`` error, raised while handling the violation, when a board whose bug
-    depends on its own random tokens makes a replay diverge.
-    """
-    return errors_in(error, ContractViolation)
-
-
-def errors_in(error: BaseException | None, kind: type[E]) -> list[E]:
-    """The errors of ``kind`` in an error, found as :func:`violations_in` finds violations."""
-    if error is None:
-        return []
-    if isinstance(error, kind):
-        return [error]
-    found = [e for inner in getattr(error, "exceptions", ()) for e in errors_in(inner, kind)]
-    return found or errors_in(error.__context__, kind)
 
 
 def is_live(lease: Lease | None, now: datetime) -> bool:
@@ -117,19 +74,6 @@ def is_live(lease: Lease | None, now: datetime) -> bool:
 
 
 _utc = as_utc  # a naive datetime read back from storage is taken as UTC, not rejected
-
-
-@dataclass(frozen=True)
-class IssuedLease:
-    """A lease some claim returned: who got which token and fence for which task."""
-
-    token: str
-    task_id: str
-    fence: int
-    agent: str
-
-
-SeqRule = Literal["adopt", "equal", "grow"]
 
 
 @dataclass(frozen=True)
@@ -300,7 +244,7 @@ class BoardModel:
         task = self.task(call.task_id)
         if task is None:
             return (
-                Allowed("NotFoundError", f"{_CLAUSE[call.op]}", self.describe(call.task_id, now)),
+                Allowed("NotFoundError", SUCCESS_CLAUSE[call.op], self.describe(call.task_id, now)),
             )
         if call.op is Op.CLAIM:
             return (self._expect_claim(task, call, now),)
@@ -332,7 +276,7 @@ class BoardModel:
         return Allowed(None, "SPEC 3.1", reason)
 
     def _expect_token_action(self, task: Task, call: Call, now: datetime) -> tuple[Allowed, ...]:
-        clause = _CLAUSE[call.op]
+        clause = SUCCESS_CLAUSE[call.op]
         lease = task.lease
         if task.state is not State.CLAIMED or lease is None:
             return (Allowed("LeaseLostError", clause, f"task {task.id!r} is {task.state}"),)
@@ -445,187 +389,41 @@ class BoardModel:
         clause: str,
         window: Window | None,
     ) -> BoardModel:
-        got = _returned_task(outcome, call, clause)
+        got = returned_task(outcome, call, clause)
         old = record.task
-        lease = got.lease
-        _require(
-            got.state == State.CLAIMED,
+        lease = check_claimed_lease(
+            got,
             clause,
-            "the returned task CLAIMED",
-            f"returned {got.state!r}",
+            agent=call.agent,
+            task_id=old.id,
+            max_fence=record.max_fence,
+            lease_of=self.lease_of,
         )
-        _require(
-            got.owner == call.agent,
-            clause,
-            f"owner {call.agent!r}",
-            f"returned owner {got.owner!r}",
-        )
-        if lease is None:
-            raise ContractViolation(clause, "a new lease on the returned task", "returned no lease")
-        token, fence = lease.token, lease.fence
-        _require(
-            isinstance(token, str) and token != "",
-            clause,
-            "a non-empty token minted by the board",
-            f"returned token {token!r}",
-        )
-        earlier = self.lease_of(token)
-        if earlier is not None:
-            raise ContractViolation(
-                clause,
-                "a token never issued before by this board, for any task",
-                f"returned token {token!r}, already issued for task {earlier.task_id!r} "
-                f"to {earlier.agent!r} (fence {earlier.fence})",
-            )
-        _require(
-            isinstance(fence, int) and not isinstance(fence, bool),
-            clause,
-            "an integer fence",
-            f"returned fence {fence!r}",
-        )
-        if record.max_fence is not None and fence <= record.max_fence:
-            raise ContractViolation(
-                clause,
-                f"a fence greater than every earlier fence of task {old.id!r} "
-                f"(highest so far: {record.max_fence}), across releases and takeovers",
-                f"returned fence {fence}",
-            )
-        until = self._check_until(lease.until, now, call.ttl, clause, window)
-        self._check_unchanged_fields(old, got, clause)
-        self._check_seq_grew(old, got, clause)
-        task = dataclasses.replace(got, deps=old.deps, lease=Lease(token, fence, until))
-        issued = (*self.issued, IssuedLease(token, old.id, fence, call.agent))
-        new_record = _Record(task, max_fence=fence, seq_rule="equal", pending=Op.CLAIM)
+        until = check_until(lease.until, now, call.ttl, clause, window, self.resolution)
+        check_unchanged_fields(old, got, clause)
+        check_seq_grew(old, got, clause)
+        task = dataclasses.replace(got, deps=old.deps, lease=Lease(lease.token, lease.fence, until))
+        issued = (*self.issued, IssuedLease(lease.token, old.id, lease.fence, call.agent))
+        new_record = _Record(task, max_fence=lease.fence, seq_rule="equal", pending=Op.CLAIM)
         return dataclasses.replace(self._settled(new_record), issued=issued)
 
     def _after_renew(
         self, record: _Record, call: Call, now: datetime, outcome: Outcome, window: Window | None
     ) -> BoardModel:
-        clause = _CLAUSE[Op.RENEW]
-        got = _returned_task(outcome, call, clause)
+        clause = SUCCESS_CLAUSE[Op.RENEW]
+        got = returned_task(outcome, call, clause)
         old = record.task
         assert old.lease is not None
-        _require(
-            got.state == State.CLAIMED, clause, "the task still CLAIMED", f"returned {got.state!r}"
-        )
-        _require(
-            got.owner == old.owner,
-            clause,
-            f"the owner unchanged ({old.owner!r})",
-            f"returned owner {got.owner!r}",
-        )
-        if got.lease is None:
-            raise ContractViolation(clause, "the renewed lease", "returned no lease")
-        _require(
-            got.lease.token == old.lease.token,
-            clause,
-            "the same token: renew is no takeover",
-            f"returned token {got.lease.token!r} instead of {old.lease.token!r}",
-        )
-        _require(
-            got.lease.fence == old.lease.fence,
-            clause,
-            f"the same fence ({old.lease.fence}): renew is no takeover",
-            f"returned fence {got.lease.fence!r}",
-        )
-        until = self._check_until(got.lease.until, now, call.ttl, clause, window)
-        self._check_unchanged_fields(old, got, clause)
-        self._check_seq_grew(old, got, clause)
+        lease = check_renewed_lease(got, old.owner, old.lease, clause)
+        until = check_until(lease.until, now, call.ttl, clause, window, self.resolution)
+        check_unchanged_fields(old, got, clause)
+        check_seq_grew(old, got, clause)
         task = dataclasses.replace(
             got, deps=old.deps, lease=dataclasses.replace(old.lease, until=until)
         )
         return self._settled(
             dataclasses.replace(record, task=task, seq_rule="equal", pending=Op.RENEW)
         )
-
-    def _check_until(
-        self,
-        until: datetime | None,
-        now: datetime,
-        ttl: timedelta,
-        clause: str,
-        window: Window | None,
-    ) -> datetime | None:
-        if ttl == timedelta(0):
-            _require(
-                until is None,
-                clause,
-                "until=None: a zero ttl never expires (SPEC 2)",
-                f"returned until={until!r}",
-            )
-            return None
-        if window is not None:
-            return self._check_until_in(until, ttl, clause, window)
-        expected = now + ttl
-        if not isinstance(until, datetime):
-            raise ContractViolation(
-                clause,
-                f"until = now + ttl = {expected.isoformat()} (SPEC 2)",
-                f"returned until={until!r}",
-            )
-        off = abs(_utc(until) - expected)
-        if off >= self.resolution:
-            raise ContractViolation(
-                clause,
-                f"until = the board's now + ttl = {expected.isoformat()} (SPEC 2), "
-                f"to within the clock resolution {format_duration(self.resolution)}",
-                f"returned until={_utc(until).isoformat()}, "
-                f"off by {format_duration(_utc(until) - expected)}",
-            )
-        return expected
-
-    def _check_until_in(
-        self, until: datetime | None, ttl: timedelta, clause: str, window: Window
-    ) -> datetime:
-        # SPEC 7: the board's clock is unknown within the window, so its until is adopted
-        # as long as it is one ttl after some instant of the window (widened by the
-        # resolution the store keeps time in).
-        earliest = window.earliest - self.resolution + ttl
-        latest = window.latest + self.resolution + ttl
-        expected = (
-            f"until = the board's now + ttl, for a now inside the call's window (SPEC 2 and 7): "
-            f"between {earliest.isoformat()} and {latest.isoformat()}, the window "
-            f"{format_duration(window.width)} wide widened by the clock resolution "
-            f"{format_duration(self.resolution)} on each side"
-        )
-        if not isinstance(until, datetime):
-            raise ContractViolation(clause, expected, f"returned until={until!r}")
-        got = _utc(until)
-        if not earliest <= got <= latest:
-            off = got - earliest if got < earliest else got - latest
-            raise ContractViolation(
-                clause,
-                expected,
-                f"returned until={got.isoformat()}, {format_duration(abs(off))} "
-                + ("too early" if got < earliest else "too late"),
-            )
-        return got
-
-    @staticmethod
-    def _check_unchanged_fields(old: Task, got: Task, clause: str) -> None:
-        _require(got.id == old.id, clause, f"the task {old.id!r}", f"returned task {got.id!r}")
-        _require(
-            got.title == old.title,
-            clause,
-            f"title {old.title!r} unchanged",
-            f"returned {got.title!r}",
-        )
-        _require(
-            _same_deps(got.deps, old.deps),
-            clause,
-            f"deps {old.deps!r} unchanged",
-            f"returned {got.deps!r}",
-        )
-
-    @staticmethod
-    def _check_seq_grew(old: Task, got: Task, clause: str) -> None:
-        seq = got.seq
-        if not isinstance(seq, int) or isinstance(seq, bool) or seq <= old.seq:
-            raise ContractViolation(
-                f"{clause}, SPEC 3.8",
-                f"seq greater than {old.seq} after a successful operation",
-                f"returned seq={seq!r}",
-            )
 
     def _settled(self, changed: _Record | None = None) -> BoardModel:
         # Every record not changed by this step must show up unchanged in the next snapshot.
@@ -648,7 +446,7 @@ class BoardModel:
             ContractViolation: a task is missing, extra, duplicated or differs
                 from what the contract says it must be now, or its seq broke SPEC 3.8.
         """
-        seen = self._snapshot_by_id(snapshot)
+        seen = snapshot_by_id(snapshot, [r.task.id for r in self.records])
         records = []
         changed = False
         for record in self.records:
@@ -662,7 +460,7 @@ class BoardModel:
                 # Exactly what the model holds (seq included): nothing to compare or adopt.
                 records.append(record)
                 continue
-            self._compare(record, got)
+            compare(record.task, record.pending, record.seq_rule, got, self.resolution)
             changed = True
             records.append(
                 dataclasses.replace(
@@ -673,30 +471,6 @@ class BoardModel:
                 )
             )
         return dataclasses.replace(self, records=tuple(records)) if changed else self
-
-    def _snapshot_by_id(self, snapshot: Sequence[Task]) -> dict[str, Task]:
-        """The snapshot's tasks by id, each task of the model exactly once (SPEC 3.7)."""
-        seen: dict[str, Task] = {}
-        for item in snapshot:
-            if not isinstance(item, Task):
-                raise ContractViolation(
-                    "SPEC 3.7", "list_tasks() to return Task values", f"returned {item!r}"
-                )
-            if item.id in seen:
-                raise ContractViolation(
-                    "SPEC 3.7", "each task once in a snapshot", f"listed {item.id!r} twice"
-                )
-            seen[item.id] = item
-        expected_ids = [r.task.id for r in self.records]
-        missing = [i for i in expected_ids if i not in seen]
-        extra = sorted(set(seen) - set(expected_ids))
-        if missing or extra:
-            raise ContractViolation(
-                "SPEC 3.7",
-                f"every task in the snapshot, exactly: {expected_ids!r}",
-                f"listed {sorted(seen)!r} (missing {missing!r}, unknown {extra!r})",
-            )
-        return seen
 
     def settle(
         self, call: Call, now: When, snapshot: Sequence[Task]
@@ -768,13 +542,13 @@ class BoardModel:
                     "declares durable = False",
                 ) from None
             return dataclasses.replace(model, earlier=None), frozenset()
-        seen = self._snapshot_by_id(snapshot)
+        seen = snapshot_by_id(snapshot, [r.task.id for r in self.records])
         records = []
         lost: set[str] = set()
         for record in self.records:
             got = seen[record.task.id]
             held = (record.task, *(t for t in _held(self.earlier) if t.id == record.task.id))
-            match = next((t for t in held if self._matches(t, got)), None)
+            match = next((t for t in held if matches(t, got, self.resolution)), None)
             if match is None:
                 states = "; ".join(describe_task(t) for t in held)
                 raise ContractViolation(
@@ -792,112 +566,8 @@ class BoardModel:
         model = dataclasses.replace(self, records=tuple(records), earlier=None)
         return model, frozenset(lost)
 
-    def _matches(self, want: Task, got: Task) -> bool:
-        try:
-            self._compare(_Record(want), got)
-        except ContractViolation:
-            return False
-        return True
-
-    def _compare(self, record: _Record, got: Task) -> None:
-        want = record.task
-        if record.pending is not None:
-            clause = f"{_CLAUSE[record.pending]} ({record.pending} took effect)"
-        else:
-            clause = (
-                "SPEC 3 and 3.8 (a rejected operation, or one on another task, changes nothing)"
-            )
-        differences = []
-        for name in ("title", "state", "owner"):
-            if getattr(got, name) != getattr(want, name):
-                differences.append(
-                    f"{name}={getattr(got, name)!r} (expected {getattr(want, name)!r})"
-                )
-        if not _same_deps(got.deps, want.deps):
-            differences.append(f"deps={got.deps!r} (expected {want.deps!r})")
-        lease_diff = self._lease_difference(want.lease, got.lease)
-        if lease_diff:
-            differences.append(lease_diff)
-        seq = got.seq
-        if not isinstance(seq, int) or isinstance(seq, bool):
-            differences.append(f"seq={seq!r} (expected an integer)")
-        elif record.seq_rule == "equal" and seq != want.seq:
-            differences.append(f"seq={seq} (expected {want.seq}, unchanged since last seen)")
-        elif record.seq_rule == "grow" and seq <= want.seq:
-            differences.append(f"seq={seq} (expected greater than {want.seq})")
-        if differences:
-            raise ContractViolation(
-                clause,
-                f"list_tasks() to show {describe_task(want)}",
-                f"listed task {want.id!r} with " + ", ".join(differences),
-            )
-
-    def _lease_difference(self, want: Lease | None, got: Lease | None) -> str:
-        if want is None or got is None:
-            return "" if want is got else f"lease={got!r} (expected {want!r})"
-        if got.token != want.token or got.fence != want.fence:
-            return (
-                f"lease token/fence {got.token!r}/{got.fence!r} "
-                f"(expected {want.token!r}/{want.fence!r})"
-            )
-        if (want.until is None) != (got.until is None):
-            return f"lease until={got.until!r} (expected {want.until!r})"
-        if (
-            want.until is not None
-            and got.until is not None
-            and (
-                not isinstance(got.until, datetime)
-                or abs(_utc(got.until) - want.until) >= self.resolution
-            )
-        ):
-            return f"lease until={got.until!r} (expected {want.until.isoformat()})"
-        return ""
-
-
-def _same_deps(got: object, want: tuple[str, ...]) -> bool:
-    # Dependencies are a set: SPEC fixes no order, and a join table returns its own.
-    try:
-        return bool(Counter(got) == Counter(want))  # type: ignore[call-overload]
-    except TypeError:  # not iterable, or unhashable items
-        return False
-
-
-def _require(ok: bool, clause: str, expected: str, observed: str) -> None:
-    if not ok:
-        raise ContractViolation(clause, expected, observed)
-
-
-def _returned_task(outcome: Outcome, call: Call, clause: str) -> Task:
-    if outcome.task is None:
-        raise ContractViolation(
-            clause, f"{call.op} to return the task as list_tasks() shows it", "returned no Task"
-        )
-    return outcome.task
-
 
 def _unexpected(allowed: Sequence[Allowed], outcome: Outcome) -> ContractViolation:
     clause = " / ".join(dict.fromkeys(a.clause for a in allowed))
     expected = " or ".join(str(a) for a in allowed)
     return ContractViolation(clause, expected, str(outcome))
-
-
-def applied_outcome(
-    call: Call, snapshot: Sequence[Task], known_tokens: frozenset[str]
-) -> Outcome | None:
-    """What ``call`` returned if it took effect, as far as ``snapshot`` shows.
-
-    Release, complete and fail return nothing; a claim returned the task with a lease
-    for its agent under a token not in ``known_tokens``; a renew, the task under the
-    same token. ``None``: the snapshot shows no such lease.
-    """
-    if call.op in (Op.RELEASE, Op.COMPLETE, Op.FAIL):
-        return Outcome()
-    task = next((t for t in snapshot if isinstance(t, Task) and t.id == call.task_id), None)
-    if task is None or task.state is not State.CLAIMED or task.lease is None:
-        return None
-    lease = task.lease
-    if call.op is Op.CLAIM and task.owner == call.agent and lease.token not in known_tokens:
-        return Outcome(task=task)
-    if call.op is Op.RENEW and lease.token == call.token:
-        return Outcome(task=task)
-    return None
