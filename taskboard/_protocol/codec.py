@@ -56,15 +56,24 @@ class ProtocolError(Exception):
     """A child broke the protocol: an infrastructure fault, never a contract verdict.
 
     ``op`` is the request it was answering, ``line`` what it wrote (cut to
-    :data:`SHOWN_CHARACTERS`), ``reason`` what was wrong with it.
+    :data:`SHOWN_CHARACTERS`), ``reason`` what was wrong with it, ``stderr`` the child's
+    last lines of stderr, when known.
     """
 
-    def __init__(self, op: str, reason: str, line: str | bytes = "") -> None:
+    def __init__(self, op: str, reason: str, line: str | bytes = "", stderr: str = "") -> None:
         self.op = op
         self.reason = reason
         self.line = cut(line)
+        self.stderr = stderr
         shown = f": {self.line}" if line else ""
-        super().__init__(f"the board's answer to {op!r} broke the protocol ({reason}){shown}")
+        text = f"the board's answer to {op!r} broke the protocol ({reason}){shown}"
+        if stderr:
+            text += f"\nthe board's last lines of stderr:\n{stderr}"
+        super().__init__(text)
+
+    def with_stderr(self, stderr: str) -> ProtocolError:
+        """The same error, showing the child's last lines of ``stderr``."""
+        return ProtocolError(self.op, self.reason, self.line, stderr)
 
 
 class UnsupportedOp(NotImplementedError):

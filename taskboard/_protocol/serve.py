@@ -1,0 +1,141 @@
+"""Serve a Python board over the board protocol (SPEC 10): the reference child.
+
+``serve(make_board)`` answers requests on stdin until ``close`` or end of input. It is how a
+Python board is checked through ``--exec`` (the protocol's own tests use it), and a worked
+example of the child side for a board in any other language.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import IO, Any
+
+from taskboard._clock import Clock, ManualClock, SystemClock
+from taskboard._contract import ClaimRequest, Task
+from taskboard._errors import BlockedError, LeaseLostError, NotFoundError, TakenError, TerminalError
+from taskboard._protocol.codec import (
+    PROTOCOL_VERSION,
+    decode_task,
+    decode_time,
+    encode_task,
+)
+
+__all__ = ["serve"]
+
+MakeBoard = Callable[[Sequence[Task], Clock], Any]
+Connect = Callable[[str, Clock], Any]
+
+_CODES: tuple[tuple[type[Exception], str], ...] = (
+    (NotFoundError, "not_found"),
+    (TakenError, "taken"),
+    (BlockedError, "blocked"),
+    (TerminalError, "terminal"),
+    (LeaseLostError, "lease_lost"),
+    (ValueError, "invalid"),
+)
+
+
+class _Server:
+    def __init__(
+        self,
+        make_board: MakeBoard,
+        shape: type | None,
+        connect: Connect | None,
+        storage_of: Callable[[Any], str],
+    ) -> None:
+        self.make_board = make_board
+        self.shape = shape
+        self.connect = connect
+        self.storage_of = storage_of
+        self.board: Any = None
+        self.clock: Clock = SystemClock()
+
+    def ops(self) -> list[str]:
+        declared = [op for op in ("renew", "fail") if callable(getattr(self.shape, op, None))]
+        return declared + (["connect"] if self.connect is not None else [])
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request["op"]
+        if op == "hello":
+            return {
+                "protocol": PROTOCOL_VERSION,
+                "name": "python",
+                "ops": self.ops(),
+                "durable": True,
+            }
+        if op in ("init", "connect"):
+            self.clock = (
+                ManualClock(decode_time(request["now"]))  # type: ignore[arg-type]
+                if op == "init" and request["clock"] == "manual"
+                else self.clock
+            )
+            if op == "init":
+                self.board = self.make_board([decode_task(t) for t in request["tasks"]], self.clock)
+                return {"storage": self.storage_of(self.board)}
+            assert self.connect is not None
+            self.board = self.connect(request["storage"], self.clock)
+            return {}
+        if op == "set_time":
+            when = decode_time(request["now"])
+            if isinstance(self.clock, ManualClock) and when is not None:
+                self.clock.set(when)
+            return {}
+        if op == "list":
+            return {"tasks": [encode_task(t) for t in self.board.list_tasks()]}
+        ttl = timedelta(microseconds=request.get("ttl", 0))
+        if op == "claim":
+            task = self.board.claim(request["task"], request["agent"], ClaimRequest(ttl))
+            return {"task": encode_task(task)}
+        if op == "renew":
+            task = self.board.renew(request["task"], request["token"], ClaimRequest(ttl))
+            return {"task": encode_task(task)}
+        if op in ("release", "complete", "fail"):
+            getattr(self.board, op)(request["task"], request["token"])
+            return {}
+        raise NotImplementedError(op)
+
+
+def serve(
+    make_board: MakeBoard,
+    *,
+    shape: type | None = None,
+    connect: Connect | None = None,
+    storage_of: Callable[[Any], str] = lambda board: "",
+    stdin: IO[bytes] | None = None,
+    stdout: IO[bytes] | None = None,
+) -> None:
+    """Answer board-protocol requests for boards ``make_board(tasks, clock)`` makes.
+
+    ``shape`` is the board class whose optional ``renew`` and ``fail`` the server declares
+    (by default ``make_board`` itself, when it is a class). ``connect(storage, clock)`` opens
+    another client of a storage ``storage_of(board)`` named; without it the server declares
+    no ``connect``. A contract error becomes its
+    code; any other exception is left to end the process, as a crash would.
+    """
+    reader = stdin if stdin is not None else sys.stdin.buffer
+    writer = stdout if stdout is not None else sys.stdout.buffer
+    if shape is None and isinstance(make_board, type):
+        shape = make_board
+    server = _Server(make_board, shape, connect, storage_of)
+    for line in reader:
+        request = json.loads(line)
+        answer: dict[str, Any] = {"id": request["id"]}
+        try:
+            answer.update(ok=True, **server.handle(request))
+        except NotImplementedError as exc:
+            answer.update(ok=False, error="unsupported", message=str(exc))
+        except Exception as exc:
+            code = next((c for kind, c in _CODES if isinstance(exc, kind)), None)
+            if code is None:
+                raise
+            answer.update(ok=False, error=code, message=str(exc))
+        writer.write(json.dumps(answer).encode() + b"\n")
+        writer.flush()
+        if request["op"] == "close":
+            close = getattr(server.board, "close", None)
+            if callable(close):
+                close()
+            return

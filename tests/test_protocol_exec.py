@@ -1,0 +1,140 @@
+"""Boards checked as child processes over the board protocol (SPEC 10)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from taskboard import Board, ClaimRequest, Clock, ManualClock, RenewingBoard, TakenError, Task
+from taskboard._criteria import concurrent_claim
+from taskboard._protocol.board import ExecStartError, exec_board
+from taskboard._protocol.codec import ProtocolError
+from taskboard.model import ContractViolation
+from taskboard.stateful import BoardMachine
+
+TICK = timedelta(milliseconds=1)
+SCRIPT = Path(__file__).with_name("protocol_boards.py")
+# Each example starts a process (about 0.3 s for a Python child), so runs are short.
+QUICK = settings(max_examples=10, database=None, derandomize=True, deadline=None)
+
+
+def command(name: str) -> list[str]:
+    return [sys.executable, str(SCRIPT), name]
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Any]]:
+    """Boards a test started; every one is closed afterwards, whatever the test did."""
+    boards: list[Any] = []
+    yield boards
+    for board in boards:
+        board.close()
+
+
+def start(opened: list[Any], name: str, *tasks: Task, timeout: float = 10.0) -> Any:
+    board = exec_board(command(name), tasks or (Task("t1"),), ManualClock(), timeout=timeout)
+    opened.append(board)
+    return board
+
+
+def exec_machine(name: str) -> type[BoardMachine]:
+    def make(tasks: Sequence[Task], clock: Clock) -> Board:
+        board: Board = exec_board(command(name), tasks, clock)
+        return board
+
+    return BoardMachine.for_board(make, close=lambda board: board.close())
+
+
+def test_a_correct_board_over_the_protocol_passes_the_machine() -> None:
+    """MemoryBoard served as a child process: BoardMachine finds no divergence."""
+    run_state_machine_as_test(exec_machine("memory"), settings=QUICK)
+
+
+def test_a_buggy_board_over_the_protocol_is_caught() -> None:
+    """A renew without an ownership check, served as a child process, is a violation."""
+    with pytest.raises(ContractViolation, match=r"SPEC 3\.5"):
+        run_state_machine_as_test(
+            exec_machine("RenewWithoutTokenCheck"),
+            # Only the catch is pinned here: shrinking would start a process per attempt.
+            settings=settings(QUICK, max_examples=50, phases=[Phase.generate]),
+        )
+
+
+def test_the_board_has_exactly_the_optional_ops_the_child_declared(opened: list[Any]) -> None:
+    """A child that declares renew and fail is a RenewingBoard with fail."""
+    board = start(opened, "memory")
+    assert isinstance(board, RenewingBoard)
+    assert callable(getattr(board, "fail", None))
+
+
+def test_manual_time_reaches_the_child(opened: list[Any]) -> None:
+    """The child's clock is the checker's: a lease expires when the manual clock says so."""
+    clock = ManualClock()
+    board = exec_board(command("memory"), [Task("t1")], clock)
+    opened.append(board)
+    board.claim("t1", "a1", ClaimRequest(ttl=TICK * 10))
+    with pytest.raises(TakenError):
+        board.claim("t1", "a2", ClaimRequest(ttl=TICK))
+    clock.advance(TICK * 10)
+    assert board.claim("t1", "a2", ClaimRequest(ttl=TICK)).owner == "a2"
+
+
+def test_clients_are_processes_of_one_storage(opened: list[Any]) -> None:
+    """open_client starts another process that connects to the storage init named; racing
+    clients of a correct SQLite board have exactly one winner."""
+    board = start(opened, "sqlite", Task("race"))
+    clients = [board.open_client() for _ in range(4)]
+    opened.extend(clients)
+    assert len({c.child.process.pid for c in clients}) == 4
+    assert concurrent_claim(board, "race", ["a1", "a2"] * 2, clients=clients) == 1
+
+
+def test_a_child_that_exits_at_once_is_a_usage_error_with_its_stderr() -> None:
+    """A command that dies before hello: ExecStartError showing what it wrote on stderr."""
+    with pytest.raises(ExecStartError, match="permission denied"):
+        exec_board(command("exit"), [Task("t1")], ManualClock(), timeout=5)
+
+
+def test_a_child_that_never_answers_hello_is_a_usage_error_and_is_ended() -> None:
+    """No answer to hello within the timeout: ExecStartError, and no process is left."""
+    with pytest.raises(ExecStartError, match=r"no answer within 0.5 s") as caught:
+        exec_board(command("silent"), [Task("t1")], ManualClock(), timeout=0.5)
+    assert "never comes" in str(caught.value)
+
+
+def test_a_malformed_answer_is_a_protocol_fault_and_ends_the_child(opened: list[Any]) -> None:
+    """A claim answered with a line that is not JSON: a ProtocolError naming the op and the
+    line; the process is ended and later calls fail at once."""
+    board = start(opened, "garbage")
+    with pytest.raises(ProtocolError, match=r"'claim'.*not JSON.*this is not json"):
+        board.claim("t1", "a1", ClaimRequest())
+    assert board.child.exit_code is not None
+    with pytest.raises(ProtocolError, match="broke earlier"):
+        board.list_tasks()
+
+
+def test_close_ends_the_process(opened: list[Any]) -> None:
+    """close() asks the child to close and the process exits with status 0."""
+    board = start(opened, "memory")
+    board.close()
+    assert board.child.exit_code == 0
+
+
+@pytest.mark.parametrize("bad", ["", "'unclosed"])
+def test_a_command_that_does_not_split_is_a_usage_error(bad: str) -> None:
+    """An empty command, or one with an open quote, is refused before anything starts."""
+    with pytest.raises(ExecStartError, match="board command"):
+        exec_board(bad, [Task("t1")], ManualClock())
+
+
+def test_a_command_that_does_not_exist_is_a_usage_error() -> None:
+    """A command that cannot be started is an ExecStartError naming it."""
+    with pytest.raises(ExecStartError, match="cannot start the board command"):
+        exec_board("/nonexistent/board --flag", [Task("t1")], ManualClock())
