@@ -35,6 +35,8 @@ from taskboard._fuzz import (
     parse_budget,
 )
 from taskboard._fuzz import resolve_target as _resolve_target
+from taskboard._fuzz.targets import exec_target
+from taskboard._protocol.machine import EXEC_PREFIX
 from taskboard.stateful._replay import missing_nemesis, replay_trace
 from taskboard.stateful._reports import InfrastructureFault
 from taskboard.stateful._tracefile import (
@@ -107,9 +109,16 @@ def _parser() -> argparse.ArgumentParser:
     fuzz_cmd.add_argument(
         "target",
         nargs="?",
-        default=DEFAULT_TARGET,
         help="module:Name of a BoardMachine subclass or of a board factory (tasks, clock) -> "
         f"Board (default: the bundled SQLite host, {DEFAULT_TARGET})",
+    )
+    fuzz_cmd.add_argument(
+        "--exec",
+        dest="exec_command",
+        metavar="CMD",
+        help="fuzz the board that this command serves over the board protocol (SPEC 10, "
+        "docs/protocol.md), in any language; split like a shell command line, in place of "
+        "a target",
     )
     fuzz_cmd.add_argument("--budget", default="60s", help="how long: 90s, 15m, 8h (default 60s)")
     fuzz_cmd.add_argument("--max-examples", type=int, help="stop after this many examples")
@@ -199,6 +208,12 @@ def _parser() -> argparse.ArgumentParser:
         "(default: the target recorded in the trace)",
     )
     replay_cmd.add_argument(
+        "--exec",
+        dest="exec_command",
+        metavar="CMD",
+        help="replay against the board this command serves over the board protocol (SPEC 10)",
+    )
+    replay_cmd.add_argument(
         "--emit-test",
         metavar="FILE",
         help="also write a standalone pytest regression test that replays the trace",
@@ -265,6 +280,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fuzz(args: argparse.Namespace) -> int:
+    if args.exec_command is not None and args.target is not None:
+        raise UsageError("pass a target or --exec CMD, not both")
+    target = args.target or DEFAULT_TARGET
+    if args.exec_command is not None:
+        target = f"{EXEC_PREFIX}{args.exec_command}"
     budget = parse_budget(args.budget)
     crew = "1 worker" if args.workers == 1 else f"{args.workers} workers"
     options = FuzzOptions(
@@ -283,11 +303,11 @@ def _fuzz(args: argparse.Namespace) -> int:
         nemesis=args.nemesis,
     )
     report = fuzz(
-        args.target,
+        target,
         options,
         progress=None if args.quiet else sys.stderr,
         on_start=lambda seed: print(
-            f"taskboard fuzz: {args.target}, budget {args.budget}, {crew}, seed {seed}"
+            f"taskboard fuzz: {target}, budget {args.budget}, {crew}, seed {seed}"
             + (", wall clock" if args.clock == "wall" else ""),
             file=sys.stderr,
         ),
@@ -410,13 +430,19 @@ def _count(transitions: Counter[tuple[str, str, str]], state: str, op: str, outc
 
 def _replay(args: argparse.Namespace) -> int:
     trace = load_trace(args.trace)
-    target = args.board or trace.target
+    if args.board and args.exec_command:
+        raise UsageError("pass --board or --exec, not both")
+    target = f"{EXEC_PREFIX}{args.exec_command}" if args.exec_command else args.board
+    target = target or trace.target
     if not target:
-        raise UsageError("the trace names no board; pass --board module:Name")
+        raise UsageError("the trace names no board; pass --board module:Name or --exec CMD")
     if args.emit_test:
         check_writable_file(args.emit_test, "--emit-test")
-    found = _resolve_target(target)
-    board = machine_of(found, target) or found
+    if target.startswith(EXEC_PREFIX):
+        board: Any = exec_target(target)
+    else:
+        found = _resolve_target(target)
+        board = machine_of(found, target) or found
     if not callable(board):
         raise UsageError(f"{target!r} is {board!r}, not a board: {WHAT_TO_PASS}")
     missing = missing_nemesis(trace, board)

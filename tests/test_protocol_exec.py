@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
@@ -13,9 +14,11 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard import Board, ClaimRequest, Clock, ManualClock, RenewingBoard, TakenError, Task
+from taskboard._cli import main
 from taskboard._criteria import concurrent_claim
 from taskboard._protocol.board import ExecStartError, exec_board
 from taskboard._protocol.codec import ProtocolError
+from taskboard.hosts.mutants import RenewWithoutTokenCheck
 from taskboard.model import ContractViolation
 from taskboard.stateful import BoardMachine
 
@@ -138,3 +141,50 @@ def test_a_command_that_does_not_exist_is_a_usage_error() -> None:
     """A command that cannot be started is an ExecStartError naming it."""
     with pytest.raises(ExecStartError, match="cannot start the board command"):
         exec_board("/nonexistent/board --flag", [Task("t1")], ManualClock())
+
+
+# -- taskboard fuzz --exec and replay --exec -------------------------------------------------------
+
+
+def exec_option(name: str) -> str:
+    return shlex.join(command(name))
+
+
+def test_fuzz_exec_passes_a_correct_board(capsys: pytest.CaptureFixture[str]) -> None:
+    """taskboard fuzz --exec on a correct child: exit 0, and the summary names the command."""
+    code = main(["fuzz", "--exec", exec_option("memory"), "--max-examples", "5", "--quiet"])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "no violation found" in captured.out
+    assert "exec:" in captured.err
+
+
+def test_fuzz_exec_of_a_child_that_exits_at_once_is_exit_2_with_its_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A command that dies before hello: exit 2, its stderr shown once, no traceback."""
+    assert main(["fuzz", "--exec", exec_option("exit"), "--budget", "5s", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("permission denied") == 1
+    assert "Traceback" not in err
+
+
+def test_fuzz_with_a_target_and_exec_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """A target and --exec together: exit 2 saying to pass one."""
+    assert main(["fuzz", "taskboard.hosts.memory:MemoryBoard", "--exec", "x"]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
+def test_replay_exec_replays_a_trace_on_a_child(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace of a Python mutant replays on the same mutant served as a child: exit 1."""
+    machine = BoardMachine.for_board(RenewWithoutTokenCheck, trace_dir=str(tmp_path))
+    with pytest.raises(ContractViolation):
+        run_state_machine_as_test(machine, settings=settings(QUICK, max_examples=100))
+    (trace,) = tmp_path.glob("*.json")
+    capsys.readouterr()
+    code = main(["replay", str(trace), "--exec", exec_option("RenewWithoutTokenCheck")])
+    assert code == 1
+    assert "SPEC 3.5" in capsys.readouterr().out
+    assert main(["replay", str(trace), "--exec", exec_option("memory")]) == 0

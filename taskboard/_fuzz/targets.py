@@ -16,6 +16,8 @@ from hypothesis import settings
 from taskboard._clock import ManualClock, SystemClock
 from taskboard._contract import Task
 from taskboard._driver import CORE_METHODS, close_driven, make_driven
+from taskboard._protocol.board import ExecStartError
+from taskboard._protocol.machine import EXEC_PREFIX, exec_machine
 from taskboard.stateful._generation import TASK_IDS, grid_start
 from taskboard.stateful._hypothesis import applied_settings, key_database_by
 from taskboard.stateful._machine import BoardMachine
@@ -26,6 +28,7 @@ __all__ = [
     "WHAT_TO_PASS",
     "Target",
     "UsageError",
+    "exec_target",
     "machine_for_target",
     "machine_of",
     "probe_board",
@@ -64,12 +67,26 @@ class Target:
         """
         from taskboard.boardtest import BoardContract  # it imports pytest
 
+        if name.startswith(EXEC_PREFIX):
+            return cls(name, exec_target(name))
         found = resolve_target(name)
         machine = _machine_for(found, name)
         chosen = applied_settings(machine)
         if isinstance(found, type) and issubclass(found, BoardContract):
             chosen = found.machine_settings
         return cls(name, machine, chosen)
+
+
+def exec_target(target: str) -> type[BoardMachine]:
+    """The machine of ``exec:COMMAND``: the board a child process of COMMAND serves (SPEC 10).
+
+    Raises:
+        UsageError: the command does not split, start, or answer ``hello`` as SPEC 10 says.
+    """
+    try:
+        return exec_machine(target.removeprefix(EXEC_PREFIX))
+    except ExecStartError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def resolve_target(target: str) -> Any:

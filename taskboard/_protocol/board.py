@@ -26,7 +26,7 @@ from taskboard._protocol.codec import (
     encode_ttl,
 )
 
-__all__ = ["ExecStartError", "Hello", "exec_board", "split_command"]
+__all__ = ["ExecStartError", "Hello", "exec_board", "split_command", "start_child"]
 
 #: The optional ops a child may declare in ``hello``.
 OPTIONAL_OPS = frozenset({"renew", "fail", "connect", "restart_storage", "drop_connections"})
@@ -171,6 +171,28 @@ class _Declared:
                 setattr(self, op, lambda *args: None)
 
 
+def start_child(argv: Sequence[str], timeout: float) -> tuple[Child, Hello]:
+    """Start ``argv`` and hear its ``hello``.
+
+    Raises:
+        ExecStartError: it does not start, or does not answer ``hello`` as SPEC 10 says (the
+            process is ended, and the error shows its last lines of stderr).
+    """
+    try:
+        child = Child(argv, timeout=timeout)
+    except OSError as exc:
+        raise ExecStartError(f"cannot start the board command {' '.join(argv)!r}: {exc}") from None
+    try:
+        return child, Hello(child.request("hello", protocol=PROTOCOL_VERSION))
+    except Exception as exc:  # whatever it did, the command is unusable
+        child.close(polite=False)
+        reason = exc.reason if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
+        raise ExecStartError(
+            f"the board command {' '.join(argv)!r} did not answer hello as SPEC 10 says "
+            f"({reason})\nits last lines of stderr:\n{child.stderr_tail or '(none)'}"
+        ) from None
+
+
 def _start(
     argv: Sequence[str],
     clock: Clock,
@@ -179,18 +201,8 @@ def _start(
     tasks: Sequence[Task] = (),
     connect: str | None = None,
 ) -> Any:
+    child, hello = start_child(argv, timeout)
     try:
-        child = Child(argv, timeout=timeout)
-    except OSError as exc:
-        raise ExecStartError(f"cannot start the board command {' '.join(argv)!r}: {exc}") from None
-    try:
-        try:
-            hello = Hello(child.request("hello", protocol=PROTOCOL_VERSION))
-        except Exception as exc:  # whatever it did, the command is unusable
-            raise ExecStartError(
-                f"the board command {' '.join(argv)!r} did not answer hello as SPEC 10 says: "
-                f"{exc}\nits last lines of stderr:\n{child.stderr_tail or '(none)'}"
-            ) from None
         if connect is not None:
             child.request("connect", storage=connect)
             storage, time_sent = connect, None
