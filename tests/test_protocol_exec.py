@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import shlex
 import sys
 from collections.abc import Iterator, Sequence
@@ -17,7 +19,9 @@ from taskboard import Board, ClaimRequest, Clock, ManualClock, RenewingBoard, Ta
 from taskboard._cli import main
 from taskboard._criteria import concurrent_claim
 from taskboard._protocol.board import ExecStartError, exec_board
-from taskboard._protocol.codec import ProtocolError
+from taskboard._protocol.codec import ProtocolError, encode_task
+from taskboard._protocol.serve import serve
+from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import RenewWithoutTokenCheck
 from taskboard.model import ContractViolation
 from taskboard.stateful import BoardMachine
@@ -188,3 +192,47 @@ def test_replay_exec_replays_a_trace_on_a_child(
     assert code == 1
     assert "SPEC 3.5" in capsys.readouterr().out
     assert main(["replay", str(trace), "--exec", exec_option("memory")]) == 0
+
+
+def test_the_python_server_answers_an_exchange_as_the_protocol_says() -> None:
+    """serve() answers hello, init, claim, a taken claim, set_time, a lost lease and close,
+    one line each, in order."""
+    requests = [
+        {"id": 1, "op": "hello", "protocol": 1},
+        {"id": 2, "op": "init", "tasks": [encode_task(Task("t1"))], "clock": "manual", "now": 0},
+        {"id": 3, "op": "claim", "task": "t1", "agent": "a1", "ttl": 5000},
+        {"id": 4, "op": "claim", "task": "t1", "agent": "a2", "ttl": 5000},
+        {"id": 5, "op": "set_time", "now": 5000},
+        {"id": 6, "op": "claim", "task": "t1", "agent": "a2", "ttl": 0},
+        {"id": 7, "op": "release", "task": "t1", "token": "nope"},
+        {"id": 8, "op": "close"},
+    ]
+    written = io.BytesIO()
+    lines = b"".join(json.dumps(r).encode() + b"\n" for r in requests)
+    serve(MemoryBoard, stdin=io.BytesIO(lines), stdout=written)
+    answers = [json.loads(line) for line in written.getvalue().splitlines()]
+    assert [a["id"] for a in answers] == list(range(1, 9))
+    assert answers[0]["ops"] == ["renew", "fail"]
+    assert answers[2]["task"]["lease"]["until"] == 5000
+    assert answers[3]["error"] == "taken"
+    assert answers[5]["task"]["owner"] == "a2"
+    assert answers[6]["error"] == "lease_lost"
+    assert answers[7] == {"id": 8, "ok": True}
+
+
+@pytest.mark.parametrize(
+    ("board", "options", "said"),
+    [
+        ("memory", ["--clock", "wall"], "wall clock"),
+        ("sqlite", ["--parallel"], "each thread on a client of its own"),
+    ],
+)
+def test_fuzz_exec_runs_in_wall_mode_and_races_client_processes(
+    board: str, options: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--exec in wall mode (the child keeps its own time), and in parallel mode with a
+    process per client of a child that declares connect: a correct board passes."""
+    code = main(["fuzz", "--exec", exec_option(board), "--max-examples", "3", "--quiet", *options])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out
+    assert said in captured.out + captured.err

@@ -23,7 +23,7 @@ NUMBERED = re.compile(r"^(\d+(?:\.\d+)?)\s")
 SPEC_LINK = re.compile(r"spec\.md#([^\s)\]>\"']*)")
 LOCAL_LINK = re.compile(r"\]\(#([^\s)]*)\)")
 #: The sections of the contract, in order (the numbering of the shared SPEC.md).
-SECTIONS = ["1", "2", "3", *(f"3.{n}" for n in range(1, 9)), "4", "5", "6", "7", "8", "9"]
+SECTIONS = ["1", "2", "3", *(f"3.{n}" for n in range(1, 9)), "4", "5", "6", "7", "8", "9", "10"]
 
 
 def headings(markdown: str) -> list[tuple[int, str]]:

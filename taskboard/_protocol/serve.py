@@ -83,6 +83,8 @@ class _Server:
             if isinstance(self.clock, ManualClock) and when is not None:
                 self.clock.set(when)
             return {}
+        if op == "close":
+            return {}
         if op == "list":
             return {"tasks": [encode_task(t) for t in self.board.list_tasks()]}
         ttl = timedelta(microseconds=request.get("ttl", 0))
