@@ -1,0 +1,3 @@
+module taskboard
+
+go 1.19

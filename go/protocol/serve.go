@@ -1,0 +1,292 @@
+// Package protocol serves a taskboard.Board to the Python checker over the board protocol
+// (SPEC 10): JSON lines on stdin and stdout. A host needs about five lines:
+//
+//	func main() {
+//		protocol.Main(protocol.Host{Name: "myboard", Durable: true, New: newBoard, Connect: connect})
+//	}
+package protocol
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"taskboard/taskboard"
+)
+
+// Clock is the time a board reads: the protocol's set_time in manual mode, the system clock
+// in wall mode.
+type Clock interface{ Now() time.Time }
+
+// Host is what a board command serves.
+type Host struct {
+	Name    string
+	Durable bool
+	// New makes fresh storage holding tasks; it returns the board and a name of the storage
+	// that Connect opens in another process.
+	New func(tasks []taskboard.Task, clock Clock) (taskboard.Board, string, error)
+	// Connect, when set, opens another client of the storage New named (SPEC 8).
+	Connect func(storage string, clock Clock) (taskboard.Board, error)
+	// Remove, when set, removes the storage New made; run on close by the process that ran init.
+	Remove func(storage string) error
+	// NoRenew and NoFail say the board has no Renew or Fail, so hello does not declare them.
+	NoRenew, NoFail bool
+}
+
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *manualClock) set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+type wireLease struct {
+	Token string `json:"token"`
+	Fence uint64 `json:"fence"`
+	Until *int64 `json:"until"`
+}
+
+type wireTask struct {
+	ID    string     `json:"id"`
+	Title string     `json:"title"`
+	Deps  []string   `json:"deps"`
+	State string     `json:"state"`
+	Owner string     `json:"owner"`
+	Lease *wireLease `json:"lease"`
+	Seq   uint64     `json:"seq"`
+}
+
+type request struct {
+	ID      int64      `json:"id"`
+	Op      string     `json:"op"`
+	Tasks   []wireTask `json:"tasks"`
+	Clock   string     `json:"clock"`
+	Now     *int64     `json:"now"`
+	Storage string     `json:"storage"`
+	Task    string     `json:"task"`
+	Agent   string     `json:"agent"`
+	Token   string     `json:"token"`
+	TTL     int64      `json:"ttl"`
+}
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+func toWire(t taskboard.Task) wireTask {
+	deps := make([]string, 0, len(t.Deps))
+	for _, d := range t.Deps {
+		deps = append(deps, string(d))
+	}
+	w := wireTask{ID: string(t.ID), Title: t.Title, Deps: deps, State: string(t.State), Owner: string(t.Owner), Seq: t.Seq}
+	if t.State == taskboard.StateClaimed {
+		l := &wireLease{Token: t.Lease.Token, Fence: uint64(t.Lease.Fence)}
+		if !t.Lease.Until.IsZero() {
+			u := micros(t.Lease.Until)
+			l.Until = &u
+		}
+		w.Lease = l
+	}
+	return w
+}
+
+func fromWire(w wireTask) taskboard.Task {
+	deps := make([]taskboard.TaskID, 0, len(w.Deps))
+	for _, d := range w.Deps {
+		deps = append(deps, taskboard.TaskID(d))
+	}
+	t := taskboard.Task{ID: taskboard.TaskID(w.ID), Title: w.Title, Deps: deps, State: taskboard.State(w.State), Owner: taskboard.AgentID(w.Owner), Seq: w.Seq}
+	if w.Lease != nil {
+		t.Lease = taskboard.Lease{Token: w.Lease.Token, Fence: taskboard.Fence(w.Lease.Fence)}
+		if w.Lease.Until != nil {
+			t.Lease.Until = fromMicros(*w.Lease.Until)
+		}
+	}
+	return t
+}
+
+var codes = []struct {
+	err  error
+	code string
+}{
+	{taskboard.ErrNotFound, "not_found"},
+	{taskboard.ErrTaken, "taken"},
+	{taskboard.ErrBlocked, "blocked"},
+	{taskboard.ErrTerminal, "terminal"},
+	{taskboard.ErrLeaseLost, "lease_lost"},
+	{taskboard.ErrInvalid, "invalid"},
+}
+
+var errUnsupported = errors.New("unsupported")
+
+type server struct {
+	host    Host
+	board   taskboard.Board
+	clock   Clock
+	manual  *manualClock
+	storage string
+	owner   bool
+}
+
+func (s *server) ops() []string {
+	ops := []string{}
+	if !s.host.NoRenew {
+		ops = append(ops, "renew")
+	}
+	if !s.host.NoFail {
+		ops = append(ops, "fail")
+	}
+	if s.host.Connect != nil {
+		ops = append(ops, "connect")
+	}
+	return ops
+}
+
+func (s *server) handle(ctx context.Context, r request) (map[string]any, error) {
+	switch r.Op {
+	case "hello":
+		return map[string]any{"protocol": 1, "name": s.host.Name, "ops": s.ops(), "durable": s.host.Durable}, nil
+	case "init", "connect":
+		s.clock = systemClock{}
+		if r.Op == "init" && r.Clock == "manual" && r.Now != nil {
+			s.manual = &manualClock{now: fromMicros(*r.Now)}
+			s.clock = s.manual
+		}
+		if r.Op == "connect" {
+			if s.host.Connect == nil {
+				return nil, errUnsupported
+			}
+			// A client hears the time with set_time before its first call.
+			s.manual = &manualClock{}
+			s.clock = s.manual
+			board, err := s.host.Connect(r.Storage, s.clock)
+			s.board = board
+			return map[string]any{}, err
+		}
+		tasks := make([]taskboard.Task, 0, len(r.Tasks))
+		for _, w := range r.Tasks {
+			tasks = append(tasks, fromWire(w))
+		}
+		board, storage, err := s.host.New(tasks, s.clock)
+		s.board, s.storage, s.owner = board, storage, true
+		return map[string]any{"storage": storage}, err
+	case "set_time":
+		if s.manual != nil && r.Now != nil {
+			s.manual.set(fromMicros(*r.Now))
+		}
+		return map[string]any{}, nil
+	case "close":
+		if s.owner && s.host.Remove != nil {
+			return map[string]any{}, s.host.Remove(s.storage)
+		}
+		return map[string]any{}, nil
+	}
+	if s.board == nil {
+		return nil, fmt.Errorf("%s before init", r.Op)
+	}
+	id, req := taskboard.TaskID(r.Task), taskboard.ClaimRequest{TTL: time.Duration(r.TTL) * time.Microsecond}
+	switch r.Op {
+	case "list":
+		tasks, err := s.board.List(ctx)
+		wire := make([]wireTask, 0, len(tasks))
+		for _, t := range tasks {
+			wire = append(wire, toWire(t))
+		}
+		return map[string]any{"tasks": wire}, err
+	case "claim":
+		t, err := s.board.Claim(ctx, id, taskboard.AgentID(r.Agent), req)
+		return map[string]any{"task": toWire(t)}, err
+	case "renew":
+		rb, ok := s.board.(taskboard.RenewingBoard)
+		if !ok {
+			return nil, errUnsupported
+		}
+		t, err := rb.Renew(ctx, id, r.Token, req)
+		return map[string]any{"task": toWire(t)}, err
+	case "release":
+		return map[string]any{}, s.board.Release(ctx, id, r.Token)
+	case "complete":
+		return map[string]any{}, s.board.Complete(ctx, id, r.Token)
+	case "fail":
+		fb, ok := s.board.(taskboard.FailingBoard)
+		if !ok {
+			return nil, errUnsupported
+		}
+		return map[string]any{}, fb.Fail(ctx, id, r.Token)
+	}
+	return nil, errUnsupported
+}
+
+// Serve answers requests from in on out until close or the end of in.
+func Serve(host Host, in io.Reader, out io.Writer) error {
+	s := &server{host: host}
+	reader := bufio.NewReaderSize(in, 1<<16)
+	writer := bufio.NewWriter(out)
+	ctx := context.Background()
+	for {
+		line, err := reader.ReadBytes('\n')
+		if len(line) == 0 && err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		var r request
+		if err := json.Unmarshal(line, &r); err != nil {
+			return fmt.Errorf("a request that is not JSON: %w", err)
+		}
+		result, opErr := s.handle(ctx, r)
+		answer := map[string]any{"id": r.ID, "ok": opErr == nil}
+		if opErr != nil {
+			answer["error"], answer["message"] = codeOf(opErr), opErr.Error()
+		} else {
+			for k, v := range result {
+				answer[k] = v
+			}
+		}
+		encoded, err := json.Marshal(answer)
+		if err != nil {
+			return err
+		}
+		writer.Write(append(encoded, '\n'))
+		if err := writer.Flush(); err != nil {
+			return err
+		}
+		if r.Op == "close" {
+			return nil
+		}
+	}
+}
+
+func codeOf(err error) string {
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	if errors.Is(err, errUnsupported) {
+		return "unsupported"
+	}
+	// Any other error is the board's own trouble: a code the checker reports as a fault.
+	return "internal"
+}
+
+// Main serves host on stdin and stdout and exits: 0 after close, 1 on an error.
+func Main(host Host) {
+	if err := Serve(host, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}

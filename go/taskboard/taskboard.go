@@ -1,0 +1,79 @@
+// Package taskboard is the storage-neutral board contract of the Go package that the
+// Python checker ports: the types, the sentinel errors and the Board interfaces.
+package taskboard
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// The sentinel errors a board returns to reject an operation (SPEC 3).
+var (
+	ErrNotFound  = errors.New("taskboard: task not found")
+	ErrTaken     = errors.New("taskboard: task is held by a live lease")
+	ErrBlocked   = errors.New("taskboard: a dependency is not done")
+	ErrTerminal  = errors.New("taskboard: task is done")
+	ErrLeaseLost = errors.New("taskboard: the token no longer holds the task")
+	// ErrInvalid rejects a claim by an empty agent (Python's ValueError).
+	ErrInvalid = errors.New("taskboard: invalid argument")
+)
+
+// TaskID names a task; AgentID names an agent, and may repeat.
+type (
+	TaskID  string
+	AgentID string
+	Fence   uint64
+	State   string
+)
+
+// The four states of a task.
+const (
+	StateOpen    State = "open"
+	StateClaimed State = "claimed"
+	StateDone    State = "done"
+	StateFailed  State = "failed"
+)
+
+// Lease is the proof of one claim, minted by the board. A zero Until never expires.
+type Lease struct {
+	Token string
+	Fence Fence
+	Until time.Time
+}
+
+// Task is one subtask as the board stores it.
+type Task struct {
+	ID    TaskID
+	Title string
+	Deps  []TaskID
+	State State
+	Owner AgentID
+	Lease Lease
+	Seq   uint64
+}
+
+// ClaimRequest says how long a lease should last; zero never expires.
+type ClaimRequest struct {
+	TTL time.Duration
+}
+
+// Board is the contract every board keeps.
+type Board interface {
+	List(ctx context.Context) ([]Task, error)
+	Claim(ctx context.Context, id TaskID, agent AgentID, req ClaimRequest) (Task, error)
+	Release(ctx context.Context, id TaskID, token string) error
+	Complete(ctx context.Context, id TaskID, token string) error
+}
+
+// RenewingBoard is a Board whose leases can be renewed.
+type RenewingBoard interface {
+	Board
+	Renew(ctx context.Context, id TaskID, token string, req ClaimRequest) (Task, error)
+}
+
+// FailingBoard is a Board whose holders can mark a task failed (SPEC 3.6).
+type FailingBoard interface {
+	Board
+	Fail(ctx context.Context, id TaskID, token string) error
+}

@@ -1,0 +1,92 @@
+"""The Go reference board and its mutants (go/), checked through ``taskboard fuzz --exec``
+(SPEC 10): the reference passes, and each planted bug is caught."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from taskboard._cli import main
+from tests.conftest import unavailable
+
+GO_MODULE = Path(__file__).resolve().parent.parent / "go"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def fileboard(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Go reference board, built from go/cmd/fileboard; a skip (a failure in CI) without Go."""
+    go = shutil.which("go")
+    if go is None:
+        unavailable("go is not installed (.ci/run installs Debian's golang-go)")
+    built = tmp_path_factory.mktemp("go") / "fileboard"
+    # No module is fetched: the Go code uses the standard library only.
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off"}
+    subprocess.run(
+        [go, "build", "-o", str(built), "./cmd/fileboard"], cwd=GO_MODULE, env=env, check=True
+    )
+    return built
+
+
+def fuzz_exec(command: str, tmp_path: Path, *options: str) -> int:
+    """``taskboard fuzz --exec command``, with a fresh example database and traces in
+    ``tmp_path``."""
+    database, traces = str(tmp_path / "examples"), str(tmp_path)
+    return main(
+        [
+            "fuzz",
+            "--exec",
+            command,
+            "--quiet",
+            "--database",
+            database,
+            "--trace-dir",
+            traces,
+            *options,
+        ]
+    )
+
+
+def test_the_go_reference_board_passes(fileboard: Path, tmp_path: Path) -> None:
+    """The Go file board, served by the Go adapter, passes 150 examples in the default mixed
+    mode, clients as processes included."""
+    assert fuzz_exec(str(fileboard), tmp_path, "--max-examples", "150", "--seed", "1") == 0
+
+
+def test_the_go_reference_board_passes_on_the_wall_clock(fileboard: Path, tmp_path: Path) -> None:
+    """The same board keeping its own time (Go's time.Now) passes in wall mode."""
+    options = ("--max-examples", "5", "--seed", "1", "--clock", "wall")
+    assert fuzz_exec(str(fileboard), tmp_path, *options) == 0
+
+
+@pytest.mark.parametrize(
+    ("mutant", "budget"),
+    [
+        ("release-ignores-token", "60s"),
+        ("fence-kept-on-takeover", "60s"),
+        # A race between client processes: caught in the parallel part of the mixed mode.
+        ("claim-atomic-in-process", "240s"),
+    ],
+)
+def test_each_go_mutant_is_caught(
+    fileboard: Path, tmp_path: Path, mutant: str, budget: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each planted bug in the Go board is a contract violation (exit 1) with a trace."""
+    code = fuzz_exec(f"{fileboard} -mutant {mutant}", tmp_path, "--budget", budget)
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "contract violation" in out
+    assert list(tmp_path.glob("*.json"))
+
+
+def test_an_unknown_mutant_is_a_usage_error_with_the_boards_stderr(
+    fileboard: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Go board that exits at start: exit 2, with what it wrote on stderr."""
+    assert main(["fuzz", "--exec", f"{fileboard} -mutant nonsense", "--budget", "5s"]) == 2
+    assert 'unknown mutant "nonsense"' in capsys.readouterr().err
