@@ -17,6 +17,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
         ("bench_machine.py", ["--examples", "3"], "checking costs"),
         ("bench_linearizability.py", ["--sizes", "100"], "partition"),
         ("bench_faults.py", ["--examples", "3", "--timeout", "0.2"], "reported after"),
+        ("bench_protocol.py", ["--examples", "2", "--rounds", "1"], "Python child"),
         (
             "bench_power.py",
             ["--seeds", "1", "--max-examples", "30", "--only", "WallClock,NonAtomicClaim"],
