@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -13,9 +14,16 @@ REQUIRED = os.environ.get("TASKBOARD_REQUIRE_SERVERS") == "1"
 MUTANT = "taskboard.hosts.mutants:OffByOneExpiry"
 
 
+#: The logical database of the server that these tests flush: not the one in
+#: ``TASKBOARD_REDIS_URL``, which the Redis boards of other tests, in other xdist workers, use
+#: at the same time (flushing it made their tasks vanish mid-run).
+EXAMPLES_DB = 15
+
+
 @pytest.fixture
 def redis_url() -> str:
-    """A flushed redis database, or a skip (a failure when CI requires the servers)."""
+    """A flushed redis database of its own, or a skip (a failure when CI requires the
+    servers)."""
     if REDIS_URL is None:
         reason = "TASKBOARD_REDIS_URL is not set: no redis-server to test against"
         if REQUIRED:
@@ -23,8 +31,9 @@ def redis_url() -> str:
         pytest.skip(reason)
     import redis
 
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    return REDIS_URL
+    url = urlsplit(REDIS_URL)._replace(path=f"/{EXAMPLES_DB}").geturl()
+    redis.Redis.from_url(url).flushdb()
+    return url
 
 
 def test_a_failure_found_over_redis_is_replayed_first_by_the_next_run(
