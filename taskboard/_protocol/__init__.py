@@ -1,10 +1,13 @@
 """The board protocol (SPEC 10): boards in any language, checked as child processes.
 
-Rooms:
+Rooms, each below the next:
 
 - :mod:`.codec`: the values on the wire (times, TTLs, tasks, error codes) and the
-  never-trusting reading of a child's answer line.
+  never-trusting reading of a child's answer line;
+- :mod:`.child`: one process of a board command, a request at a time, its stderr kept;
+- :mod:`.board`: a process as a Board (``exec_board``), its clients as more processes;
+- :mod:`.machine`: the BoardMachine of an ``exec:`` target (``taskboard fuzz --exec``);
+- :mod:`.serve`: the child side in Python, to serve a Python board over the protocol.
 
-The process side (starting a child, ``hello``, clients, the clock, ``--exec``) is not built
-yet; see issue 22.
+See ``docs/protocol.md``.
 """
