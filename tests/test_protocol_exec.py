@@ -103,6 +103,19 @@ def test_clients_are_processes_of_one_storage(opened: list[Any]) -> None:
     assert concurrent_claim(board, "race", ["a1", "a2"] * 2, clients=clients) == 1
 
 
+def test_a_client_process_keeps_the_checkers_manual_time(opened: list[Any]) -> None:
+    """A client process that connected hears the manual clock before its first call: the
+    lease it grants ends one ttl after the checker's now, not the wall clock's."""
+    clock = ManualClock()
+    board = exec_board(command("sqlite"), [Task("t1")], clock)
+    opened.append(board)
+    client = board.open_client()
+    opened.append(client)
+    got = client.claim("t1", "a1", ClaimRequest(ttl=TICK * 5))
+    assert got.lease is not None
+    assert got.lease.until == clock.now() + TICK * 5
+
+
 def test_a_child_that_exits_at_once_is_a_usage_error_with_its_stderr() -> None:
     """A command that dies before hello: ExecStartError showing what it wrote on stderr."""
     with pytest.raises(ExecStartError, match="permission denied"):

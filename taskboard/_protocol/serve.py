@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import IO, Any
 
-from taskboard._clock import Clock, ManualClock, SystemClock
+from taskboard._clock import Clock, SystemClock
 from taskboard._contract import ClaimRequest, Task
 from taskboard._errors import BlockedError, LeaseLostError, NotFoundError, TakenError, TerminalError
 from taskboard._protocol.codec import (
@@ -38,6 +38,23 @@ _CODES: tuple[tuple[type[Exception], str], ...] = (
 )
 
 
+class _HeardClock:
+    """The clock of a served board: the system clock until the checker says what time it is
+    (``init`` in manual mode, ``set_time``), then the time it last said. A client process
+    after ``connect`` hears ``set_time`` before its first call in manual mode, and nothing
+    in wall mode (see docs/protocol.md)."""
+
+    def __init__(self) -> None:
+        self._system = SystemClock()
+        self._heard: datetime | None = None
+
+    def now(self) -> datetime:
+        return self._system.now() if self._heard is None else self._heard
+
+    def hear(self, when: datetime) -> None:
+        self._heard = when
+
+
 class _Server:
     def __init__(
         self,
@@ -51,7 +68,7 @@ class _Server:
         self.connect = connect
         self.storage_of = storage_of
         self.board: Any = None
-        self.clock: Clock = SystemClock()
+        self.clock = _HeardClock()
 
     def ops(self) -> list[str]:
         declared = [op for op in ("renew", "fail") if callable(getattr(self.shape, op, None))]
@@ -66,22 +83,18 @@ class _Server:
                 "ops": self.ops(),
                 "durable": True,
             }
-        if op in ("init", "connect"):
-            self.clock = (
-                ManualClock(decode_time(request["now"]))  # type: ignore[arg-type]
-                if op == "init" and request["clock"] == "manual"
-                else self.clock
-            )
-            if op == "init":
-                self.board = self.make_board([decode_task(t) for t in request["tasks"]], self.clock)
-                return {"storage": self.storage_of(self.board)}
-            assert self.connect is not None
+        if op == "init":
+            if request["clock"] == "manual":
+                self._hear(request["now"])
+            self.board = self.make_board([decode_task(t) for t in request["tasks"]], self.clock)
+            return {"storage": self.storage_of(self.board)}
+        if op == "connect":
+            if self.connect is None:
+                raise NotImplementedError(op)
             self.board = self.connect(request["storage"], self.clock)
             return {}
         if op == "set_time":
-            when = decode_time(request["now"])
-            if isinstance(self.clock, ManualClock) and when is not None:
-                self.clock.set(when)
+            self._hear(request["now"])
             return {}
         if op == "close":
             return {}
@@ -98,6 +111,11 @@ class _Server:
             getattr(self.board, op)(request["task"], request["token"])
             return {}
         raise NotImplementedError(op)
+
+    def _hear(self, now: object) -> None:
+        when = decode_time(now)
+        if when is not None:
+            self.clock.hear(when)
 
 
 def serve(
