@@ -93,8 +93,6 @@ class _ExecBoard:
     def __repr__(self) -> str:
         return f"exec_board({' '.join(self.child.argv)!r}, name={self.hello.name!r})"
 
-    # Declared here so that wrapper_classes can pick them by name; only the shaped
-    # subclasses expose renew and fail.
     def _call(self, op: str, **arguments: Any) -> dict[str, Any]:
         if self._manual:
             now = self.clock.now()
@@ -129,6 +127,8 @@ class _ExecBoard:
     def complete(self, task_id: str, token: str) -> None:
         self._call("complete", task=task_id, token=token)
 
+    # Underscored so that only the shaped subclasses (those of a child that declared them)
+    # expose renew and fail.
     def _renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
         answer = self._call("renew", task=task_id, token=token, ttl=encode_ttl(request.ttl))
         return self._task(answer, "renew")
