@@ -6,16 +6,20 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from taskboard import ClaimRequest, Clock, ManualClock, SystemClock, Task
 from taskboard._cli import main
+from taskboard._protocol.board import exec_board
 from tests.conftest import unavailable
 
 GO_MODULE = Path(__file__).resolve().parent.parent / "go"
 
 pytestmark = pytest.mark.slow
+TTL = timedelta(milliseconds=5)
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +94,21 @@ def test_an_unknown_mutant_is_a_usage_error_with_the_boards_stderr(
     """A Go board that exits at start: exit 2, with what it wrote on stderr."""
     assert main(["fuzz", "--exec", f"{fileboard} -mutant nonsense", "--budget", "5s"]) == 2
     assert 'unknown mutant "nonsense"' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("clock", [ManualClock(), SystemClock()], ids=["manual", "wall"])
+def test_a_go_client_process_keeps_the_checkers_time(fileboard: Path, clock: Clock) -> None:
+    """A Go client process after connect reads the manual clock the checker sets, or the
+    system clock in wall mode: the lease it grants ends one ttl after now."""
+    board = exec_board([str(fileboard)], [Task("t1")], clock)
+    client = board.open_client()
+    try:
+        before = clock.now()
+        got = client.claim("t1", "a1", ClaimRequest(TTL))
+        after = clock.now()
+    finally:
+        client.close()
+        board.close()
+    assert got.lease is not None
+    assert got.lease.until is not None
+    assert before + TTL <= got.lease.until <= after + TTL

@@ -39,17 +39,32 @@ type Host struct {
 	NoRenew, NoFail bool
 }
 
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
+// heardClock is the system clock until the checker says what time it is (init in manual
+// mode, set_time), then the time it last said. A client process after connect hears
+// set_time before its first call in manual mode, and nothing in wall mode.
+type heardClock struct {
+	mu    sync.Mutex
+	heard *time.Time
 }
 
-func (c *manualClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *manualClock) set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
+func (c *heardClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.heard == nil {
+		return time.Now()
+	}
+	return *c.heard
+}
 
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
+func (c *heardClock) hear(us *int64) {
+	if us == nil {
+		return
+	}
+	t := fromMicros(*us)
+	c.mu.Lock()
+	c.heard = &t
+	c.mu.Unlock()
+}
 
 type wireLease struct {
 	Token string `json:"token"`
@@ -133,8 +148,7 @@ var errUnsupported = errors.New("unsupported")
 type server struct {
 	host    Host
 	board   taskboard.Board
-	clock   Clock
-	manual  *manualClock
+	clock   *heardClock
 	storage string
 	owner   bool
 }
@@ -157,22 +171,16 @@ func (s *server) handle(ctx context.Context, r request) (map[string]any, error) 
 	switch r.Op {
 	case "hello":
 		return map[string]any{"protocol": 1, "name": s.host.Name, "ops": s.ops(), "durable": s.host.Durable}, nil
-	case "init", "connect":
-		s.clock = systemClock{}
-		if r.Op == "init" && r.Clock == "manual" && r.Now != nil {
-			s.manual = &manualClock{now: fromMicros(*r.Now)}
-			s.clock = s.manual
+	case "connect":
+		if s.host.Connect == nil {
+			return nil, errUnsupported
 		}
-		if r.Op == "connect" {
-			if s.host.Connect == nil {
-				return nil, errUnsupported
-			}
-			// A client hears the time with set_time before its first call.
-			s.manual = &manualClock{}
-			s.clock = s.manual
-			board, err := s.host.Connect(r.Storage, s.clock)
-			s.board = board
-			return map[string]any{}, err
+		board, err := s.host.Connect(r.Storage, s.clock)
+		s.board = board
+		return map[string]any{}, err
+	case "init":
+		if r.Clock == "manual" {
+			s.clock.hear(r.Now)
 		}
 		tasks := make([]taskboard.Task, 0, len(r.Tasks))
 		for _, w := range r.Tasks {
@@ -182,9 +190,7 @@ func (s *server) handle(ctx context.Context, r request) (map[string]any, error) 
 		s.board, s.storage, s.owner = board, storage, true
 		return map[string]any{"storage": storage}, err
 	case "set_time":
-		if s.manual != nil && r.Now != nil {
-			s.manual.set(fromMicros(*r.Now))
-		}
+		s.clock.hear(r.Now)
 		return map[string]any{}, nil
 	case "close":
 		if s.owner && s.host.Remove != nil {
@@ -230,7 +236,7 @@ func (s *server) handle(ctx context.Context, r request) (map[string]any, error) 
 
 // Serve answers requests from in on out until close or the end of in.
 func Serve(host Host, in io.Reader, out io.Writer) error {
-	s := &server{host: host}
+	s := &server{host: host, clock: &heardClock{}}
 	reader := bufio.NewReaderSize(in, 1<<16)
 	writer := bufio.NewWriter(out)
 	ctx := context.Background()
