@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import queue
+import os
+import selectors
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -46,7 +48,7 @@ class Child:
         self._broken: ProtocolError | None = None
         self._lock = threading.Lock()  # one request at a time per process (SPEC 10)
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
-        self._answers: queue.Queue[bytes] = queue.Queue()
+        self._unread = bytearray()  # what stdout gave beyond the last answer read
         self.process = subprocess.Popen(
             self.argv,
             stdin=subprocess.PIPE,
@@ -56,29 +58,46 @@ class Child:
         )
         assert self.process.stdout is not None
         assert self.process.stderr is not None
-        self._readers = (
-            self._start_reader(self._read_stdout, self.process.stdout),
-            self._start_reader(self._read_stderr, self.process.stderr),
+        # stdout is read by the thread that made the request (a thread between them would
+        # cost a hand-over per call); stderr by a thread of its own, which closes it at end
+        # of file, so that a child that floods stderr never blocks on a full pipe.
+        self._stdout = self.process.stdout.fileno()
+        self._answers = selectors.DefaultSelector()
+        self._answers.register(self._stdout, selectors.EVENT_READ)
+        self._stderr_reader = threading.Thread(
+            target=self._read_stderr, args=(self.process.stderr,), daemon=True
         )
+        self._stderr_reader.start()
 
     def __repr__(self) -> str:
         return f"Child({' '.join(self.argv)!r}, pid={self.process.pid})"
 
-    @staticmethod
-    def _start_reader(target: Any, stream: IO[bytes]) -> threading.Thread:
-        # Each pipe is read by a thread of its own, which closes it at end of file, so that
-        # a child that floods stderr never blocks on a full pipe.
-        thread = threading.Thread(target=target, args=(stream,), daemon=True)
-        thread.start()
-        return thread
+    def _read_line(self, op: str) -> bytes:
+        """The child's next line on stdout (without its end at end of file; cut after
+        :data:`LONGEST_LINE` bytes), or ``b""`` once stdout is closed.
 
-    def _read_stdout(self, stream: IO[bytes]) -> None:
-        with stream:
-            while True:
-                line = stream.readline(LONGEST_LINE + 1)
-                self._answers.put(line)
-                if not line:
-                    return
+        Raises:
+            ProtocolError: no whole line within the timeout.
+        """
+        deadline = time.monotonic() + self.timeout
+        unread, searched = self._unread, 0
+        while True:
+            end = unread.find(b"\n", searched, LONGEST_LINE + 1)
+            if end >= 0 or len(unread) > LONGEST_LINE:
+                cut = end + 1 if end >= 0 else LONGEST_LINE + 1
+                line = bytes(unread[:cut])
+                del unread[:cut]
+                return line
+            searched = len(unread)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._answers.select(remaining):
+                raise ProtocolError(op, f"no answer within {self.timeout:g} s")
+            chunk = os.read(self._stdout, 1 << 16)
+            if not chunk:
+                line = bytes(unread)
+                unread.clear()
+                return line
+            unread += chunk
 
     def _read_stderr(self, stream: IO[bytes]) -> None:
         with stream:
@@ -119,10 +138,7 @@ class Child:
             stdin.flush()
         except (BrokenPipeError, ValueError, OSError):
             raise ProtocolError(op, self._exit_reason("it stopped reading its stdin")) from None
-        try:
-            line = self._answers.get(timeout=self.timeout)
-        except queue.Empty:
-            raise ProtocolError(op, f"no answer within {self.timeout:g} s") from None
+        line = self._read_line(op)
         if not line:
             raise ProtocolError(op, self._exit_reason("it closed its stdout"))
         return read_answer(line, request_id, op)
@@ -156,8 +172,10 @@ class Child:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        for reader in self._readers:
-            reader.join(timeout=EXIT_GRACE)
+        self._stderr_reader.join(timeout=EXIT_GRACE)
+        if process.stdout is not None and not process.stdout.closed:
+            self._answers.close()
+            process.stdout.close()
 
     @property
     def exit_code(self) -> int | None:

@@ -11,6 +11,7 @@ to judge as a board's bug, not as a broken pipe.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -48,6 +49,9 @@ SHOWN_CHARACTERS = 200
 #: The deepest nesting an answer may have: a task is three levels deep in a ``list`` answer.
 DEEPEST_NESTING = 16
 
+# A JSON string (its escapes included), and a bracket outside one.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -250,22 +254,15 @@ def read_answer(line: bytes, request_id: int, op: str) -> dict[str, Any]:
 def _nesting(text: str) -> int:
     # Counted before parsing, so that a hostile line never reaches json's recursion; brackets
     # inside strings (a token may hold any character) do not count.
+    opening = text.count("[") + text.count("{")
+    if opening <= DEEPEST_NESTING:
+        return opening  # no deeper than that: most answers end here, without a scan
     deepest = depth = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
+    for bracket in _BRACKET.findall(_STRING.sub("", text)):
+        if bracket in "[{":
             depth += 1
             deepest = max(deepest, depth)
-        elif char in "]}":
+        else:
             depth -= 1
     return deepest
 
