@@ -36,7 +36,8 @@ from taskboard._fuzz import (
 )
 from taskboard._fuzz import resolve_target as _resolve_target
 from taskboard._fuzz.targets import exec_target
-from taskboard._protocol.machine import EXEC_PREFIX
+from taskboard._protocol.spares import end_spares
+from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._replay import missing_nemesis, replay_trace
 from taskboard.stateful._reports import InfrastructureFault
 from taskboard.stateful._tracefile import (
@@ -274,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (``| head``): stop quietly, as other command-line tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return BROKEN_PIPE
+    finally:
+        end_spares()  # the board processes of --exec started ahead of need (SPEC 10)
 
 
 # -- fuzz -----------------------------------------------------------------------------------

@@ -2,15 +2,16 @@
 
 :func:`exec_board` starts the command, says ``hello`` and ``init``, and returns a board whose
 optional methods (``renew``, ``fail``) are exactly those the child declared, so the checker
-treats it as it would a Python board of that shape. In manual mode a process is sent
-``set_time`` before its next request whenever the clock moved since it last heard it.
+treats it as it would a Python board of that shape. In manual mode, once the clock moved,
+every open process of the board (the one that ran ``init`` and its clients) hears
+``set_time`` before any of them gets its next request.
 """
 
 from __future__ import annotations
 
 import shlex
+import threading
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from taskboard._clock import Clock, ManualClock
@@ -18,23 +19,15 @@ from taskboard._contract import ClaimRequest, Task
 from taskboard._driver import shaped, wrapper_classes
 from taskboard._protocol.child import Child
 from taskboard._protocol.codec import (
-    PROTOCOL_VERSION,
     ProtocolError,
     decode_task,
     encode_task,
     encode_time,
     encode_ttl,
 )
+from taskboard._protocol.spares import ExecStartError, Hello, take_child
 
-__all__ = ["ExecStartError", "Hello", "exec_board", "split_command", "start_child"]
-
-#: The optional ops a child may declare in ``hello``.
-OPTIONAL_OPS = frozenset({"renew", "fail", "connect", "restart_storage", "drop_connections"})
-
-
-class ExecStartError(Exception):
-    """The board command could not be started, or did not answer ``hello`` as SPEC 10 says: a
-    usage error (``taskboard fuzz`` exits 2), shown with the child's stderr."""
+__all__ = ["ExecStartError", "Hello", "exec_board", "split_command"]
 
 
 def split_command(command: str | Sequence[str]) -> tuple[str, ...]:
@@ -55,50 +48,60 @@ def split_command(command: str | Sequence[str]) -> tuple[str, ...]:
     return argv
 
 
-class Hello:
-    """What a child said of itself in ``hello``: its name, optional ops and durability."""
+class _Processes:
+    """The open processes of one board (the one that ran ``init`` and its clients), and the
+    time they last heard: in manual mode, before any of them gets a request after the clock
+    moved, every one of them hears ``set_time`` (SPEC 10)."""
 
-    def __init__(self, answer: dict[str, Any]) -> None:
-        """Raises:
-        ProtocolError: a field is missing or of the wrong type, or the version differs."""
-        if answer.get("protocol") != PROTOCOL_VERSION:
-            raise ProtocolError("hello", f"protocol {answer.get('protocol')!r}, not 1")
-        ops, name, durable = answer.get("ops"), answer.get("name"), answer.get("durable")
-        if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
-            raise ProtocolError("hello", f"'ops' is a list of strings, got {ops!r}")
-        unknown = sorted(set(ops) - OPTIONAL_OPS)
-        if unknown:
-            raise ProtocolError("hello", f"unknown ops {unknown}; known: {sorted(OPTIONAL_OPS)}")
-        if not isinstance(name, str) or not isinstance(durable, bool):
-            raise ProtocolError("hello", "'name' is a string and 'durable' true or false")
-        self.name = name
-        self.ops = frozenset(ops)
-        self.durable = durable
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.manual = isinstance(clock, ManualClock)
+        self.time_sent = clock.now()
+        self.open: list[Child] = []
+        # Held while the time goes out, so that no process gets a request before it heard.
+        self._lock = threading.Lock()
+
+    def keep_time(self) -> None:
+        if not self.manual:
+            return
+        with self._lock:
+            now = self.clock.now()
+            if now != self.time_sent:
+                self.time_sent = now
+                for child in self.open:
+                    if child.exit_code is None:  # one that broke was reported already
+                        child.request("set_time", now=encode_time(now))
+
+    def join(self, child: Child, *, connected: bool) -> None:
+        """``child`` has answered ``init`` or (``connected``) ``connect``: it hears the time the
+        others heard, and every later ``set_time``."""
+        self.keep_time()
+        with self._lock:
+            if connected and self.manual:
+                child.request("set_time", now=encode_time(self.time_sent))
+            self.open.append(child)
+
+    def leave(self, child: Child) -> None:
+        with self._lock:
+            if child in self.open:
+                self.open.remove(child)
 
 
 class _ExecBoard:
     """The Board methods over one child process (its optional ones added by shape)."""
 
-    def __init__(
-        self, child: Child, hello: Hello, clock: Clock, storage: str, time_sent: datetime | None
-    ) -> None:
+    def __init__(self, child: Child, hello: Hello, storage: str, processes: _Processes) -> None:
         self.child = child
         self.hello = hello
-        self.clock = clock
+        self.clock = processes.clock
         self.storage = storage
-        self._manual = isinstance(clock, ManualClock)
-        #: The time the process last heard (``init``'s ``now``; ``None`` after ``connect``).
-        self._time_sent = time_sent
+        self._processes = processes
 
     def __repr__(self) -> str:
         return f"exec_board({' '.join(self.child.argv)!r}, name={self.hello.name!r})"
 
     def _call(self, op: str, **arguments: Any) -> dict[str, Any]:
-        if self._manual:
-            now = self.clock.now()
-            if now != self._time_sent:
-                self.child.request("set_time", now=encode_time(now))
-                self._time_sent = now
+        self._processes.keep_time()
         return self.child.request(op, **arguments)
 
     def _task(self, answer: dict[str, Any], op: str) -> Task:
@@ -140,7 +143,7 @@ class _ExecBoard:
         """Another process of the same command, ``connect``ed to this board's storage."""
         if "connect" not in self.hello.ops:
             return self
-        return _start(self.child.argv, self.clock, self.child.timeout, connect=self.storage)
+        return _start(self.child.argv, self._processes, self.child.timeout, connect=self.storage)
 
     def restart_storage(self) -> None:
         self._call("restart_storage")
@@ -150,6 +153,7 @@ class _ExecBoard:
 
     def close(self) -> None:
         """Close the process (and, for the one that ran ``init``, its storage)."""
+        self._processes.leave(self.child)
         self.child.close()
 
 
@@ -171,54 +175,32 @@ class _Declared:
                 setattr(self, op, lambda *args: None)
 
 
-def start_child(argv: Sequence[str], timeout: float) -> tuple[Child, Hello]:
-    """Start ``argv`` and hear its ``hello``.
-
-    Raises:
-        ExecStartError: it does not start, or does not answer ``hello`` as SPEC 10 says (the
-            process is ended, and the error shows its last lines of stderr).
-    """
-    try:
-        child = Child(argv, timeout=timeout)
-    except OSError as exc:
-        raise ExecStartError(f"cannot start the board command {' '.join(argv)!r}: {exc}") from None
-    try:
-        return child, Hello(child.request("hello", protocol=PROTOCOL_VERSION))
-    except Exception as exc:  # whatever it did, the command is unusable
-        child.close(polite=False)
-        reason = exc.reason if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
-        raise ExecStartError(
-            f"the board command {' '.join(argv)!r} did not answer hello as SPEC 10 says "
-            f"({reason})\nits last lines of stderr:\n{child.stderr_tail or '(none)'}"
-        ) from None
-
-
 def _start(
     argv: Sequence[str],
-    clock: Clock,
+    processes: _Processes,
     timeout: float,
     *,
     tasks: Sequence[Task] = (),
     connect: str | None = None,
 ) -> Any:
-    child, hello = start_child(argv, timeout)
+    child, hello = take_child(argv, timeout)
     try:
         if connect is not None:
             child.request("connect", storage=connect)
-            storage, time_sent = connect, None
+            storage = connect
         else:
-            time_sent = clock.now()
             answer = child.request(
                 "init",
                 tasks=[encode_task(t) for t in tasks],
-                clock="manual" if isinstance(clock, ManualClock) else "wall",
-                now=encode_time(time_sent),
+                clock="manual" if processes.manual else "wall",
+                now=encode_time(processes.time_sent),
             )
             named = answer.get("storage")
             if not isinstance(named, str):
                 raise ProtocolError("init", f"'storage' is a string, got {named!r}")
             storage = named
-        return shaped(_Declared(hello.ops), _SHAPES)(child, hello, clock, storage, time_sent)
+        processes.join(child, connected=connect is not None)
+        return shaped(_Declared(hello.ops), _SHAPES)(child, hello, storage, processes)
     except BaseException:
         child.close(polite=False)
         raise
@@ -236,4 +218,4 @@ def exec_board(
         ExecStartError: the command does not start, or does not answer ``hello``.
         ProtocolError: ``init`` got a malformed answer (an infrastructure fault).
     """
-    return _start(split_command(command), clock, timeout, tasks=tasks)
+    return _start(split_command(command), _Processes(clock), timeout, tasks=tasks)
