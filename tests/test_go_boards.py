@@ -112,3 +112,40 @@ def test_a_go_client_process_keeps_the_checkers_time(fileboard: Path, clock: Clo
     assert got.lease is not None
     assert got.lease.until is not None
     assert before + TTL <= got.lease.until <= after + TTL
+
+
+def run_contract(pytester: pytest.Pytester, command: str, *args: str) -> pytest.RunResult:
+    """BoardContract.for_command(command) as a host's pytest suite would run it."""
+    pytester.makepyfile(
+        f"""
+        from hypothesis import settings
+        from taskboard.boardtest import BoardContract
+
+        class TestGoBoard(BoardContract.for_command({command!r})):
+            machine_settings = settings(max_examples=30, database=None, derandomize=True)
+            parallel_settings = settings(max_examples=10, database=None, derandomize=True)
+        """
+    )
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args)
+
+
+def test_the_go_reference_board_passes_the_contract_suite(
+    fileboard: Path, pytester: pytest.Pytester
+) -> None:
+    """BoardContract.for_command runs every contract test on the Go board, clients as
+    processes, with no false alarm."""
+    result = run_contract(pytester, str(fileboard), "-n", "0")
+    outcomes = result.parseoutcomes()
+    assert set(outcomes) == {"passed"}, result.stdout.str()  # none failed, none skipped
+
+
+def test_the_criteria_race_one_go_process_per_agent(
+    fileboard: Path, pytester: pytest.Pytester
+) -> None:
+    """A Go board whose claim is atomic only inside one process fails the one-winner
+    criterion: each agent claims through a process of its own."""
+    result = run_contract(
+        pytester, f"{fileboard} -mutant claim-atomic-in-process", "-n", "0", "-k", "one_winner"
+    )
+    result.assert_outcomes(failed=1)
+    assert "winner" in result.stdout.str()

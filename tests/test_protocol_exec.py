@@ -6,7 +6,8 @@ import io
 import json
 import shlex
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,14 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskboard import Board, ClaimRequest, Clock, ManualClock, RenewingBoard, TakenError, Task
+from taskboard import ClaimRequest, ManualClock, RenewingBoard, TakenError, Task
 from taskboard._cli import main
 from taskboard._criteria import concurrent_claim
+from taskboard._protocol import spares as _spares
 from taskboard._protocol.board import ExecStartError, exec_board
 from taskboard._protocol.codec import ProtocolError, encode_task
 from taskboard._protocol.serve import serve
+from taskboard.boardtest import BoardContract
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import RenewWithoutTokenCheck
 from taskboard.model import ContractViolation
@@ -52,11 +55,7 @@ def start(opened: list[Any], name: str, *tasks: Task, timeout: float = 10.0) -> 
 
 
 def exec_machine(name: str) -> type[BoardMachine]:
-    def make(tasks: Sequence[Task], clock: Clock) -> Board:
-        board: Board = exec_board(command(name), tasks, clock)
-        return board
-
-    return BoardMachine.for_board(make, close=lambda board: board.close())
+    return BoardMachine.for_command(command(name))
 
 
 def test_a_correct_board_over_the_protocol_passes_the_machine() -> None:
@@ -72,6 +71,28 @@ def test_a_buggy_board_over_the_protocol_is_caught() -> None:
             # Only the catch is pinned here: shrinking would start a process per attempt.
             settings=settings(QUICK, max_examples=50, phases=[Phase.generate]),
         )
+
+
+def test_for_command_takes_clients_nemesis_and_durability_from_hello() -> None:
+    """BoardMachine.for_command and BoardContract.for_command: clients are processes only
+    when the child declares connect, and durable is the child's own."""
+    with_clients = BoardMachine.for_command(command("sqlite"))
+    without = BoardMachine.for_command(command("memory"))
+    assert with_clients.open_client is not BoardMachine.open_client
+    assert without.open_client is BoardMachine.open_client
+    contract = BoardContract.for_command(shlex.join(command("sqlite")))
+    assert issubclass(contract, BoardContract)
+    assert contract().has_clients
+    assert not BoardContract.for_command(command("memory"))().has_clients
+    assert contract.durable is True
+
+
+def test_for_command_of_a_child_that_exits_is_exec_start_error() -> None:
+    """A command that dies before hello cannot become a machine or a contract class."""
+    with pytest.raises(ExecStartError, match="permission denied"):
+        BoardMachine.for_command(command("exit"))
+    with pytest.raises(ExecStartError, match="permission denied"):
+        BoardContract.for_command(command("exit"))
 
 
 def test_the_board_has_exactly_the_optional_ops_the_child_declared(opened: list[Any]) -> None:
@@ -114,6 +135,59 @@ def test_a_client_process_keeps_the_checkers_manual_time(opened: list[Any]) -> N
     got = client.claim("t1", "a1", ClaimRequest(ttl=TICK * 5))
     assert got.lease is not None
     assert got.lease.until == clock.now() + TICK * 5
+
+
+def test_every_open_process_hears_the_time_before_any_gets_a_request(
+    opened: list[Any], tmp_path: Path
+) -> None:
+    """In manual mode, once the clock moved, a call on one process first sends set_time to
+    the board's every open process (SPEC 10), the clients that get no call included."""
+    # Each process copies what it reads on stdin into a log of its own.
+    spy = [
+        "sh",
+        "-c",
+        f'tee "{tmp_path}/$$.log" | {shlex.join(command("sqlite"))}',
+    ]
+    clock = ManualClock()
+    board = exec_board(spy, [Task("t1")], clock)
+    opened.append(board)
+    clients = [board.open_client(), board.open_client()]
+    opened.extend(clients)
+    clock.advance(TICK * 7)
+    board.list_tasks()
+    expected = int(clock.now().timestamp()) * 1_000_000 + clock.now().microsecond
+    heard = [
+        [json.loads(line) for line in log.read_text().splitlines()]
+        for log in tmp_path.glob("*.log")
+    ]
+    in_use = [
+        requests for requests in heard if any(r["op"] in ("init", "connect") for r in requests)
+    ]
+    assert len(in_use) == 3
+    for requests in in_use:
+        assert {"op": "set_time", "now": expected} in [
+            {k: v for k, v in r.items() if k != "id"} for r in requests
+        ]
+
+
+def test_a_spare_process_waits_for_the_next_board_and_end_spares_ends_it(
+    opened: list[Any],
+) -> None:
+    """A board's process is taken from a spare that had answered hello, and taking it starts
+    the next; end_spares ends every spare nobody took."""
+    start(opened, "memory")
+    second = start(opened, "memory")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        waiting = [c for c in _spares._SPARES._untaken if c.argv == second.child.argv]
+        if waiting:
+            break
+        time.sleep(0.05)
+    assert waiting, "no spare was started for the next board"
+    assert second.child not in waiting
+    _spares.end_spares()
+    assert all(child.exit_code is not None for child in waiting)
+    assert not _spares._SPARES._untaken
 
 
 def test_a_child_that_exits_at_once_is_a_usage_error_with_its_stderr() -> None:

@@ -17,7 +17,7 @@ from taskboard._clock import ManualClock, SystemClock
 from taskboard._contract import Task
 from taskboard._driver import CORE_METHODS, close_driven, make_driven
 from taskboard._protocol.board import ExecStartError
-from taskboard._protocol.machine import EXEC_PREFIX, exec_machine
+from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._generation import TASK_IDS, grid_start
 from taskboard.stateful._hypothesis import applied_settings, key_database_by
 from taskboard.stateful._machine import BoardMachine
@@ -84,7 +84,7 @@ def exec_target(target: str) -> type[BoardMachine]:
         UsageError: the command does not split, start, or answer ``hello`` as SPEC 10 says.
     """
     try:
-        return exec_machine(target.removeprefix(EXEC_PREFIX))
+        return BoardMachine.for_command(target.removeprefix(EXEC_PREFIX))
     except ExecStartError as exc:
         raise UsageError(str(exc)) from None
 

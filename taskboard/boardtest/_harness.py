@@ -18,6 +18,8 @@ from hypothesis import settings
 from taskboard._clock import Clock, ClockMode, ManualClock, SystemClock
 from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard, Task
 from taskboard._driver import Driver, _Driven, close_driven, driven, make_driven
+from taskboard._protocol.board import exec_board, split_command
+from taskboard._protocol.spares import hello_of
 from taskboard.model import ExpiredLeasePolicy
 from taskboard.stateful import BoardMachine
 from taskboard.stateful._config import wall_ttl_unit
@@ -133,6 +135,39 @@ class ContractHarness:
         the dropped connection). When defined, the runs drop connections now and then. May
         be ``async def``."""
         raise NotImplementedError
+
+    @classmethod
+    def for_command(
+        cls, command: str | Sequence[str], *, timeout: float = 10.0
+    ) -> type[ContractHarness]:
+        """A subclass whose boards are child processes of ``command``, a board in any language
+        served over the board protocol (SPEC 10, ``docs/protocol.md``):
+        ``class TestMyGoBoard(BoardContract.for_command("./myboard")): ...``.
+
+        The command is split like a shell line and started once now, to hear its ``hello``.
+        When it declares ``connect``, every client is another process, so the criteria race
+        one process per agent; the nemesis hooks are those it declares, and :attr:`durable`
+        is its own. ``timeout`` bounds each answer, in seconds.
+
+        Raises:
+            taskboard.protocol.ExecStartError: the command does not start or answer ``hello``.
+        """
+        argv = split_command(command)
+        hello = hello_of(argv, timeout)
+        hooks: dict[str, Any] = {
+            "durable": hello.durable,
+            "make_board": lambda self, tasks, clock: exec_board(
+                argv, tasks, clock, timeout=timeout
+            ),
+            "close_board": lambda self, board: board.close(),
+        }
+        if "connect" in hello.ops:
+            hooks["open_client"] = lambda self, board: board.open_client()
+            hooks["close_client"] = lambda self, client: client.close()
+        for op in ("restart_storage", "drop_connections"):
+            if op in hello.ops:
+                hooks[op] = lambda self, board, op=op: getattr(board, op)()
+        return type(f"{cls.__name__}[{hello.name or ' '.join(argv)}]", (cls,), hooks)
 
     @property
     def has_clients(self) -> bool:

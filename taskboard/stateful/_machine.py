@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 from taskboard._clock import Clock, ClockMode
 from taskboard._contract import Board, Task
 from taskboard.model import BoardModel, Call, ExpiredLeasePolicy, Op, Step
+from taskboard.stateful._command import exec_machine
 from taskboard.stateful._config import (
     MachineConfig,
     chosen_nemesis,
@@ -391,6 +392,25 @@ class BoardMachine(RuleBasedStateMachine):
             drop_connections=drop_connections,
             attributes=attributes,
         )
+
+    @classmethod
+    def for_command(
+        cls, command: str | Sequence[str], *, timeout: float = 10.0, **attributes: Any
+    ) -> type[BoardMachine]:
+        """A machine class whose boards are child processes of ``command``, a board in any
+        language served over the board protocol (SPEC 10, ``docs/protocol.md``).
+
+        ``TestMyGoBoard = BoardMachine.for_command("./myboard").TestCase``. The command is
+        split like a shell line and started once now, to hear its ``hello``: clients are
+        more processes when it declares ``connect``, the nemesis steps are those it declares,
+        and ``durable`` is its own. ``timeout`` bounds each answer, in seconds;
+        ``attributes`` set class attributes as in :meth:`for_board`.
+
+        Raises:
+            taskboard.protocol.ExecStartError: the command does not start or answer ``hello``.
+        """
+        machine: type[BoardMachine] = exec_machine(cls, command, timeout=timeout, **attributes)
+        return machine
 
     # -- hooks -------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""A BoardMachine for a board command (SPEC 10): what ``taskboard fuzz --exec`` checks.
+"""A BoardMachine for a board command (SPEC 10): what ``BoardMachine.for_command`` and
+``taskboard fuzz --exec`` check.
 
 The command is started once to hear its ``hello``; the machine then starts a process per
 board (``init``), one per client (``connect``) when it declared ``connect``, and runs the
@@ -12,11 +13,11 @@ from typing import Any
 
 from taskboard._clock import Clock
 from taskboard._contract import Task
-from taskboard._protocol.board import Hello, exec_board, split_command, start_child
+from taskboard._protocol.board import exec_board, split_command
+from taskboard._protocol.spares import hello_of
 from taskboard.stateful._hypothesis import key_database_by
-from taskboard.stateful._machine import BoardMachine
 
-__all__ = ["EXEC_PREFIX", "exec_machine", "hello_of"]
+__all__ = ["DEFAULT_TIMEOUT", "EXEC_PREFIX", "exec_machine"]
 
 #: How a fuzz target names a board command: ``exec:./myboard --flag``.
 EXEC_PREFIX = "exec:"
@@ -24,22 +25,12 @@ EXEC_PREFIX = "exec:"
 DEFAULT_TIMEOUT = 10.0
 
 
-def hello_of(argv: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> Hello:
-    """What the command says of itself in ``hello``; the process is ended afterwards.
-
-    Raises:
-        ExecStartError: it does not start, or does not answer ``hello`` as SPEC 10 says.
-    """
-    child, hello = start_child(argv, timeout)
-    child.close()
-    return hello
-
-
 def exec_machine(
-    command: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT
-) -> type[BoardMachine]:
-    """A BoardMachine whose boards are processes of ``command``, with the clients and the
-    nemesis steps the command declared.
+    base: Any, command: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, **attributes: Any
+) -> Any:
+    """A subclass of ``base``, a BoardMachine (this is :meth:`BoardMachine.for_command`, which
+    this room sits below), whose boards are processes of ``command``, with the clients and
+    the nemesis steps the command declared.
 
     Raises:
         ExecStartError: the command does not split, start, or answer ``hello``.
@@ -57,11 +48,10 @@ def exec_machine(
     for op in ("restart_storage", "drop_connections"):
         if op in hello.ops:
             hooks[op] = lambda board, op=op: getattr(board, op)()
-    machine = BoardMachine.for_board(
+    machine = base.for_board(
         make_board,
         close=lambda board: board.close(),
-        durable=hello.durable,
-        trace_target="",
+        **{"durable": hello.durable, "trace_target": "", **attributes},
         **hooks,
     )
     name = " ".join(argv)
