@@ -20,13 +20,12 @@ from taskboard import ClaimRequest, ManualClock, RenewingBoard, TakenError, Task
 from taskboard._cli import main
 from taskboard._criteria import concurrent_claim
 from taskboard._protocol import spares as _spares
-from taskboard._protocol.board import ExecStartError, exec_board
-from taskboard._protocol.codec import ProtocolError, encode_task
-from taskboard._protocol.serve import serve
+from taskboard._protocol.codec import encode_task
 from taskboard.boardtest import BoardContract
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import RenewWithoutTokenCheck
 from taskboard.model import ContractViolation
+from taskboard.protocol import ExecStartError, ProtocolError, end_spares, exec_board, serve
 from taskboard.stateful import BoardMachine
 
 TICK = timedelta(milliseconds=1)
@@ -185,7 +184,7 @@ def test_a_spare_process_waits_for_the_next_board_and_end_spares_ends_it(
         time.sleep(0.05)
     assert waiting, "no spare was started for the next board"
     assert second.child not in waiting
-    _spares.end_spares()
+    end_spares()
     assert all(child.exit_code is not None for child in waiting)
     assert not _spares._SPARES._untaken
 
