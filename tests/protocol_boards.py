@@ -5,15 +5,36 @@
 NAME is ``memory``, ``sqlite`` (a file board whose clients ``connect`` to PATH's file), a
 mutant of the gallery, or a misbehaving child: ``exit`` (dies at start), ``silent`` (never
 answers), ``garbage`` (answers claims with a line that is not JSON).
+
+Two more, which break at the first look at the board, so that a failing run is found and
+shrunk at once (a few processes, not hundreds): ``blind`` (lists no tasks: a contract
+violation) and ``garbage-list`` (answers ``list`` with a line that is not JSON: a fault).
+
+For tests of the processes a run starts (tests/test_protocol_lifecycle.py): when
+``TASKBOARD_TEST_PIDDIR`` names a directory, the process first writes an empty file there
+named after its pid, so that a test learns every process a run started; and when its input
+ends without ``close`` after its parent (the checker) is gone, it stays alive for a while
+instead of exiting, as a board that does not notice would, so that a process the checker
+left running is still there for the test to see.
 """
+
+# ruff: noqa: E402 - the pid is recorded before the imports, which take a while
 
 from __future__ import annotations
 
 import os
 import sys
+
+#: Where a process records its pid (see the docstring); unset outside the lifecycle tests.
+PIDDIR = os.environ.get("TASKBOARD_TEST_PIDDIR")
+#: The process that started this one (the checker), as long as it runs.
+PARENT = os.getppid()
+if PIDDIR and __name__ == "__main__":
+    os.close(os.open(os.path.join(PIDDIR, str(os.getpid())), os.O_CREAT | os.O_WRONLY))
+
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from taskboard import Clock, Task
@@ -38,6 +59,42 @@ def sqlite_file(tasks: Sequence[Task], clock: Clock) -> SQLiteBoard:
     return OwnedFileBoard(tasks, clock, path)
 
 
+#: How long a process the checker left running outlives it (seconds).
+LINGER = 30.0
+
+
+class Requests:
+    """The requests on stdin, noting whether they ran out rather than ending with ``close``."""
+
+    def __init__(self) -> None:
+        self.ran_out = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from sys.stdin.buffer
+        self.ran_out = True
+
+
+#: stdin for ``serve``, which only iterates over it.
+REQUESTS: Any = Requests()
+
+
+def linger_if_left_running() -> None:
+    """With ``TASKBOARD_TEST_PIDDIR`` set: stay alive for :data:`LINGER` seconds when stdin
+    ran out because the checker (:data:`PARENT`) is gone, not because it ended this process.
+
+    A parent that exits closes the pipe a moment before its children are handed to another
+    parent, so the parent's pid is watched for a short while after the end of input.
+    """
+    if not PIDDIR or not REQUESTS.ran_out:
+        return
+    deadline = time.monotonic() + 0.5
+    while os.getppid() == PARENT:
+        if time.monotonic() > deadline:
+            return  # the checker closed stdin to end this process: exit now
+        time.sleep(0.01)
+    time.sleep(LINGER)
+
+
 def main(name: str) -> None:
     if name == "exit":
         print("cannot open the store: permission denied", file=sys.stderr)
@@ -52,6 +109,7 @@ def main(name: str) -> None:
             shape=SQLiteBoard,
             connect=lambda storage, clock: SQLiteBoard((), clock, storage),
             storage_of=lambda board: board._path,
+            stdin=REQUESTS,
         )
         return
     if name == "garbage":
@@ -62,11 +120,30 @@ def main(name: str) -> None:
                 sys.stdout.flush()
                 time.sleep(60)
 
-        serve(Garbage)
+        serve(Garbage, stdin=REQUESTS)
+        return
+    if name == "garbage-list":
+
+        class GarbageList(MemoryBoard):
+            def list_tasks(self) -> Any:
+                sys.stdout.write("this is not json either\n")
+                sys.stdout.flush()
+                return super().list_tasks()
+
+        serve(GarbageList, stdin=REQUESTS)
+        return
+    if name == "blind":
+
+        class Blind(MemoryBoard):
+            def list_tasks(self) -> Any:
+                return []
+
+        serve(Blind, stdin=REQUESTS)
         return
     boards = {"memory": MemoryBoard, **{m.__name__: m for m in MUTANTS}}
-    serve(boards[name])
+    serve(boards[name], stdin=REQUESTS)
 
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    linger_if_left_running()
