@@ -160,12 +160,16 @@ def test_replay_on_the_recorded_target_fails(found: Found) -> None:
     assert f"FAIL: contract violation at step {trace.verdict.step}" in result.stdout
 
 
-def test_replay_on_a_correct_board_passes(found: Found) -> None:
-    """replay --board MemoryBoard of the mutant's trace exits 0 and says it passes."""
+def test_replay_on_a_correct_board_says_the_failure_did_not_recur(found: Found) -> None:
+    """replay --board MemoryBoard of the mutant's trace exits 0 and says plainly that the
+    recorded failure did not recur, not that the trace passed."""
     result = taskboard(found.cwd, "replay", str(found.traces[0]), "--board", MEMORY)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"on {MEMORY}" in result.stdout
-    assert "PASS: the trace passes" in result.stdout
+    assert "DID NOT RECUR: the recorded failure did not happen (the trace passes" in (
+        result.stdout
+    )
+    assert "PASS" not in result.stdout
 
 
 def test_replay_emits_a_regression_test_pytest_runs(

@@ -34,6 +34,7 @@ from taskboard import (
     TakenError,
     Task,
 )
+from taskboard._cli import main
 from taskboard._profiles import CI
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.memory import _live as _memory_live
@@ -364,8 +365,29 @@ def test_a_failure_that_does_not_recur_is_reported_not_flaky(tmp_path: Path) -> 
     report = str(caught.value)
     assert "did not recur" in report
     assert "wall clock" in report
+    assert "--shortest-lease" in report  # the diagnosis: a store that refuses short leases
     assert caught.value.trace_file is not None
     assert load_trace(caught.value.trace_file).clock_mode == "wall"
+
+
+def test_replay_of_a_wall_trace_that_does_not_recur_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """taskboard replay of a wall-clock trace whose failure does not happen again says DID
+    NOT RECUR and points to --shortest-lease, never PASS."""
+    FirstRunOnly.fired = False
+    machine = wall(FirstRunOnly, trace_dir=str(tmp_path))
+    with pytest.raises(ContractViolation) as caught:
+        machine.TestCase("runTest").runTest()
+    assert caught.value.trace_file is not None
+    code = main(
+        ["replay", caught.value.trace_file, "--board", "taskboard.hosts.memory:MemoryBoard"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "DID NOT RECUR" in out
+    assert "--shortest-lease" in out
+    assert "PASS" not in out
 
 
 # -- traces, replay and the CLI ------------------------------------------------------------------

@@ -66,6 +66,8 @@ class FuzzOptions:
     clock: str | None = None
     #: In wall mode, the board's clock skew in milliseconds; ``None`` keeps the machine's.
     clock_skew: float | None = None
+    #: The shortest lease the store honours, in milliseconds; ``None`` keeps the machine's.
+    shortest_lease: float | None = None
     #: SPEC 8: each thread of a parallel program in an OS process of its own.
     processes: bool = False
     #: SPEC 9: ``"restart,drop"``, ``"restart"``, ``"drop"`` or ``"none"``; ``None``: every
@@ -108,6 +110,10 @@ class FuzzOptions:
                     "--clock-skew applies to the wall clock only: the manual clock has no "
                     "skew (add --clock wall, or leave --clock-skew out)"
                 )
+        if self.shortest_lease is not None and not 0 <= self.shortest_lease < 3_600_000:
+            raise UsageError(
+                f"--shortest-lease must be a number of milliseconds >= 0, got {self.shortest_lease}"
+            )
         if self.nemesis is not None:
             parse_nemesis(self.nemesis, target.machine, target.name)
         check_writable_directory(self.trace_dir, "--trace-dir")
@@ -130,6 +136,8 @@ class FuzzOptions:
             attributes["nemesis"] = parse_nemesis(self.nemesis, target.machine, target.name)
         if self.clock_skew is not None:
             attributes["clock_skew"] = timedelta(milliseconds=self.clock_skew)
+        if self.shortest_lease is not None:
+            attributes["shortest_lease"] = timedelta(milliseconds=self.shortest_lease)
         return attributes
 
     def machine(self, target: Target) -> type[BoardMachine]:

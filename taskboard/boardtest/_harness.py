@@ -79,6 +79,7 @@ class ContractHarness:
     clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
     clock_mode: ClassVar[ClockMode] = BoardMachine.clock_mode
     clock_skew: ClassVar[timedelta] = BoardMachine.clock_skew
+    shortest_lease: ClassVar[timedelta | None] = BoardMachine.shortest_lease
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
     call_timeout: ClassVar[timedelta | None] = BoardMachine.call_timeout
     tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = BoardMachine.tolerate_faults

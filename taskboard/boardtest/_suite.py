@@ -83,6 +83,7 @@ class BoardContract(SpecExamples):
             clock_resolution=self.clock_resolution,
             clock_mode=self.clock_mode,
             clock_skew=self.clock_skew,
+            shortest_lease=self.shortest_lease,
             expired_lease_policy=self.expired_lease_policy,
             call_timeout=self.call_timeout,
             tolerate_faults=self.tolerate_faults,

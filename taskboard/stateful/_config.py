@@ -68,6 +68,8 @@ class MachineConfig:
     resolution: timedelta
     #: ``clock_skew``: in wall mode, how far the board's clock may be from the machine's.
     skew: timedelta
+    #: ``shortest_lease``: the shortest lease the store honours (zero: any).
+    shortest_lease: timedelta
     #: ``expired_lease_policy``: SPEC 3.4.
     policy: ExpiredLeasePolicy
     call_timeout: timedelta | None
@@ -100,8 +102,11 @@ class MachineConfig:
     @property
     def ttl_unit(self) -> timedelta:
         """What a drawn TTL or clock step counts in: the resolution, or on the wall clock the
-        least multiple of it that outlasts a call's uncertainty."""
-        return wall_ttl_unit(self.resolution, self.skew) if self.wall else self.resolution
+        least multiple of it that outlasts a call's uncertainty; in both, no shorter than the
+        shortest lease the store honours (rounded up to the resolution)."""
+        unit = wall_ttl_unit(self.resolution, self.skew) if self.wall else self.resolution
+        shortest = -(-self.shortest_lease // self.resolution) * self.resolution
+        return max(unit, shortest)
 
     @property
     def snapshot_attempts(self) -> int:
@@ -124,7 +129,7 @@ class MachineConfig:
 
         Raises:
             TypeError: ``make_board`` is missing, or ``clock_resolution``, ``clock_mode``,
-                ``clock_skew``, ``expired_lease_policy``, ``call_timeout``,
+                ``clock_skew``, ``shortest_lease``, ``expired_lease_policy``, ``call_timeout``,
                 ``tolerate_faults``, ``durable`` or ``nemesis`` has a value the machine
                 cannot use.
         """
@@ -145,6 +150,13 @@ class MachineConfig:
         skew: object = machine.clock_skew  # type: ignore[attr-defined]
         if not isinstance(skew, timedelta) or skew < timedelta(0):
             raise TypeError(f"{name}.clock_skew must be a non-negative timedelta, got {skew!r}")
+        shortest: object = machine.shortest_lease  # type: ignore[attr-defined]
+        if shortest is not None and (
+            not isinstance(shortest, timedelta) or shortest < timedelta(0)
+        ):
+            raise TypeError(
+                f"{name}.shortest_lease must be a non-negative timedelta or None, got {shortest!r}"
+            )
         timeout: object = machine.call_timeout  # type: ignore[attr-defined]
         if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
             raise TypeError(
@@ -176,6 +188,7 @@ class MachineConfig:
             clock_mode=mode,
             resolution=resolution,
             skew=skew,
+            shortest_lease=shortest or timedelta(0),
             policy=policy,
             call_timeout=timeout,
             tolerate_faults=tolerated,

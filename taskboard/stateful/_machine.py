@@ -73,6 +73,7 @@ _FACTORY_ATTRIBUTES = (
     "clock_resolution",
     "clock_mode",
     "clock_skew",
+    "shortest_lease",
     "expired_lease_policy",
     "durable",
 )
@@ -240,6 +241,9 @@ class BoardMachine(RuleBasedStateMachine):
       board can take an injected clock.
     * ``clock_skew``: in wall mode, how far the board's clock may be from the
       machine's (default 1 ms; zero for a board that reads the machine's own clock).
+    * ``shortest_lease``: the shortest lease the store honours (default ``None``: any). TTLs
+      and clock jumps are drawn as multiples of a unit no shorter (a Redlock's drift, a
+      store that keeps whole seconds).
     * ``expired_lease_policy``: SPEC 3.4, what the board does with
       release/complete/fail by the current token of an expired lease nobody has
       taken over: ``"either"`` (default, both accepted), ``"accept"`` or ``"reject"``.
@@ -265,16 +269,15 @@ class BoardMachine(RuleBasedStateMachine):
     The attributes are read once per example into :attr:`config` (a
     :class:`~taskboard.stateful._config.MachineConfig`), and checked there.
 
-    Async boards: a board whose methods are coroutines needs no wrapper. The machine
-    runs it on an event loop of its own, on a thread of its own, one loop per
-    example: the loop starts before ``make_board`` (which may be ``async def``) and
-    stops after ``close_board`` (which may be ``async def`` too), and every call in
-    between runs on it. Clients that bind to a loop must be made in ``make_board``.
+    Async boards need no wrapper: each example runs on an event loop of its own, from before
+    ``make_board`` to after ``close_board`` (either may be ``async def``); clients that bind
+    to a loop must be made in ``make_board``.
     """
 
     clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
     clock_mode: ClassVar[ClockMode] = "manual"
     clock_skew: ClassVar[timedelta] = timedelta(milliseconds=1)
+    shortest_lease: ClassVar[timedelta | None] = None
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
     call_timeout: ClassVar[timedelta | None] = timedelta(seconds=10)
     tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = False

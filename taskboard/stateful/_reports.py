@@ -101,6 +101,11 @@ class RunStart:
             f"TTL unit {format_duration(config.ttl_unit)}"
             if config.wall
             else f"clock starts at {self.start.isoformat()}"
+            + (
+                f", TTL unit {format_duration(config.ttl_unit)}"
+                if config.ttl_unit != config.resolution
+                else ""
+            )
         )
         return (
             f"trace ({clock}, resolution {format_duration(config.resolution)}; L<n> is the n-th "
@@ -460,10 +465,19 @@ def unrepeated_failure(error: BaseException, machine_cls: type | None = None) ->
         else "the board behaved differently on the same steps (its own randomness, timing "
         "or state kept outside the board)"
     )
-    report = report.noted(
+    note = (
         f"note: this did not recur when Hypothesis replayed the shrunk example: {why}. The "
         "board did what is reported above once; a replay of the trace may or may not show it."
     )
+    if wall and machine_cls is not None:
+        unit = format_duration(MachineConfig.of(machine_cls).ttl_unit)
+        note += (
+            f" A store that cannot honour a lease as short as the TTL unit ({unit}) fails "
+            "this way now and then: a Redlock's clock-drift allowance, a store that keeps "
+            "whole seconds. If so, set shortest_lease (taskboard fuzz --shortest-lease MS) to "
+            "the shortest lease it honours."
+        )
+    report = report.noted(note)
     directory = _trace_dir(machine_cls)
     if directory and report.trace_file is None:
         report = report.recorded(directory)
