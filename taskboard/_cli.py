@@ -122,6 +122,12 @@ def _parser() -> argparse.ArgumentParser:
         "a target",
     )
     fuzz_cmd.add_argument("--budget", default="60s", help="how long: 90s, 15m, 8h (default 60s)")
+    fuzz_cmd.add_argument(
+        "--shrink-budget",
+        default="60s",
+        help="how long a failure found is shrunk before it is reported with the smallest trace "
+        "so far: 30s, 5m (default 60s; the run's budget does not cut shrinking short)",
+    )
     fuzz_cmd.add_argument("--max-examples", type=int, help="stop after this many examples")
     fuzz_cmd.add_argument("--seed", type=int, help="make the run repeatable (per worker)")
     fuzz_cmd.add_argument("--workers", type=int, default=1, help="processes (default 1)")
@@ -244,6 +250,7 @@ def _parser() -> argparse.ArgumentParser:
 #: The options whose value may look like a negative number, which argparse takes for an option.
 _VALUED_OPTIONS = (
     "--budget",
+    "--shrink-budget",
     "--max-examples",
     "--seed",
     "--workers",
@@ -301,6 +308,7 @@ def _fuzz(args: argparse.Namespace) -> int:
     crew = "1 worker" if args.workers == 1 else f"{args.workers} workers"
     options = FuzzOptions(
         budget=budget,
+        shrink_budget=parse_budget(args.shrink_budget),
         max_examples=args.max_examples,
         seed=args.seed,
         workers=args.workers,
@@ -355,6 +363,11 @@ def _summary(report: FuzzReport) -> str:
         )
     if report.shrink_runs:
         lines.append(f"then {report.shrink_runs} runs to shrink the failure to its trace")
+    if report.shrink_cut:
+        lines.append(
+            "shrinking stopped at the shrink budget: the trace is the smallest found by then "
+            "(a longer --shrink-budget may find a shorter one)"
+        )
     lines.append(f"seed {report.seed}: rerun with --seed {report.seed}")
     if report.settings:
         lines.append(f"settings: {report.settings}")

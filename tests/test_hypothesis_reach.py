@@ -177,3 +177,15 @@ def test_without_the_parent_changed_settings_compare_with_the_default_profile(
     chosen = settings(settings.get_profile("default"), stateful_step_count=9)
     monkeypatch.setattr(chosen, "_fallback", None, raising=False)
     assert reach.changed_settings(chosen) == {"stateful_step_count": 9}
+
+
+def test_shrinking_for_at_most_bounds_the_engine_and_restores_it() -> None:
+    """The engine's shrinking limit is reached on this Hypothesis, set within the block and
+    restored after it."""
+    from hypothesis.internal.conjecture import engine
+
+    before = engine.MAX_SHRINKING_SECONDS
+    with reach.shrinking_for_at_most(2.5) as bounded:
+        assert bounded
+        assert engine.MAX_SHRINKING_SECONDS == 2.5
+    assert before == engine.MAX_SHRINKING_SECONDS

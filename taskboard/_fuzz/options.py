@@ -47,6 +47,8 @@ class FuzzOptions:
 
     #: Seconds to fuzz for.
     budget: float = 60.0
+    #: Seconds Hypothesis may shrink a failure before it reports the smallest so far.
+    shrink_budget: float = 60.0
     #: Stop after this many examples (sequential examples and parallel program runs).
     max_examples: int | None = None
     #: Repeat a run; one is drawn when ``None`` (the report says which).
@@ -88,6 +90,10 @@ class FuzzOptions:
             raise UsageError(f"--max-examples must be at least 1, got {self.max_examples}")
         if not self.budget > 0 or math.isinf(self.budget):
             raise UsageError(f"the budget must be a positive number of seconds, got {self.budget}")
+        if not self.shrink_budget > 0 or math.isinf(self.shrink_budget):
+            raise UsageError(
+                f"--shrink-budget must be a positive number of seconds, got {self.shrink_budget}"
+            )
         if self.mode not in MODES:
             raise UsageError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.processes and self.mode == "sequential":

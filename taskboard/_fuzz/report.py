@@ -45,6 +45,8 @@ class FuzzReport:
     interrupted: bool = False
     #: Runs Hypothesis made to shrink the failure found (not counted as examples).
     shrink_runs: int = 0
+    #: True when shrinking stopped at ``--shrink-budget``: the trace is the smallest by then.
+    shrink_cut: bool = False
     #: The optional operations (``renew``, ``fail``) the boards had; ``None``: none was made.
     operations: frozenset[str] | None = None
     #: The Hypothesis settings the run used, in words (see :func:`settings_in_force`).
@@ -89,6 +91,7 @@ class FuzzReport:
         self.transitions.update(other.transitions)
         self.concurrent_calls.update(other.concurrent_calls)
         self.shrink_runs += other.shrink_runs
+        self.shrink_cut = self.shrink_cut or other.shrink_cut
         self.interrupted = self.interrupted or other.interrupted
         if other.operations is not None:
             self.operations = (self.operations or frozenset()) | other.operations

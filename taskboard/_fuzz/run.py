@@ -19,6 +19,7 @@ from taskboard._fuzz.report import FuzzReport
 from taskboard._fuzz.targets import Target
 from taskboard.model import ContractViolation, violations_in
 from taskboard.model._model import errors_in
+from taskboard.stateful._hypothesis import shrinking_for_at_most
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._parallel import run_parallel_state_machine
 from taskboard.stateful._reports import InfrastructureFault, failures_reported
@@ -76,6 +77,7 @@ class Run:
         mode = self.options.mode
 
         found = False
+        found_at = 0.0
 
         def done() -> bool:
             # Once a failure is found, only Ctrl-C stops the run: Hypothesis shrinks it first.
@@ -87,16 +89,23 @@ class Run:
             return not found and (spent or time.monotonic() >= self.deadline)
 
         def counted(example: ExampleStats) -> None:
-            nonlocal found
+            nonlocal found, found_at
             if found:  # Hypothesis shrinking the failure: not a new example of the search
                 report.shrink_runs += 1
+                shrinking = time.monotonic() - found_at
+                report.shrink_cut = shrinking >= self.options.shrink_budget
             else:
                 report.count(example)
+                found_at = time.monotonic()
             found = found or example.failed
             tick()
 
         batch_index = 0
-        with on_example_end(counted), stop_when(done):
+        with (
+            on_example_end(counted),
+            stop_when(done),
+            shrinking_for_at_most(self.options.shrink_budget),
+        ):
             while not done():
                 # Mixed: sequential and parallel batches take turns.
                 parallel = mode == "parallel" or (mode == "mixed" and batch_index % 2 == 1)

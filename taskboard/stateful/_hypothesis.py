@@ -25,15 +25,19 @@ The reaches:
 * :func:`applied_settings` and :func:`changed_settings`: the settings a machine class was
   decorated with (``@settings(...)``), and which of them it changed, which ``taskboard fuzz``
   honours.
+* :func:`shrinking_for_at_most`: how long Hypothesis shrinks a failure before it reports the
+  smallest found so far (its engine's ``MAX_SHRINKING_SECONDS``, five minutes), made shorter
+  for a board whose examples take seconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import hypothesis
@@ -41,6 +45,7 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 from hypothesis.errors import InvalidArgument
+from hypothesis.reporting import current_reporter, with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, RuleStrategy
 from hypothesis.strategies import SearchStrategy
 
@@ -48,6 +53,13 @@ try:  # Hypothesis's swarm testing; internal, so a release may move it
     from hypothesis.strategies._internal.featureflags import FeatureStrategy
 except ImportError:  # pragma: no cover - only on a Hypothesis that moved it
     FeatureStrategy = None  # type: ignore[assignment,misc]
+
+try:  # the engine's limit on shrinking; a module global, read when shrinking starts
+    from hypothesis.internal.conjecture import engine as _engine
+
+    _engine.MAX_SHRINKING_SECONDS  # noqa: B018  # present, or the fallback below
+except (ImportError, AttributeError):  # pragma: no cover - only on a Hypothesis that moved it
+    _engine = None  # type: ignore[assignment]
 
 try:
     from hypothesis.internal.reflection import function_digest
@@ -66,10 +78,13 @@ __all__ = [
     "key_database_by",
     "rule_draws_available",
     "seed_of",
+    "shrinking_for_at_most",
     "state_machine_test_case",
     "use_rule_draws",
 ]
 
+#: How Hypothesis's warning begins when it stops shrinking at its engine's limit.
+_SLOW_SHRINKING_WARNING = "WARNING: Hypothesis has spent more than five minutes"
 #: Rules swarm testing never switches off: without claims an example reaches nothing, and
 #: without jumps to expiry boundaries it seldom reaches the bugs that live there.
 ALWAYS_ON = ("claim", "complete", "at_expiry")
@@ -376,3 +391,29 @@ def applied_settings(machine_cls: type[RuleBasedStateMachine]) -> settings | Non
         return None
     chosen = getattr(machine_cls.TestCase, "settings", None)
     return chosen if isinstance(chosen, settings) else None
+
+
+@contextlib.contextmanager
+def shrinking_for_at_most(seconds: float) -> Iterator[bool]:
+    """Within the block, Hypothesis shrinks a failure for at most ``seconds`` and then reports
+    the smallest failing example it found so far. Its warning when it stops (which speaks of
+    five minutes and asks for a bug report) is left out: the caller says what happened.
+
+    Yields False, and bounds nothing, on a Hypothesis without the engine's limit.
+    """
+    if _engine is None:  # pragma: no cover - only on a Hypothesis that moved it
+        yield False
+        return
+    outer = current_reporter()
+
+    def without_the_warning(value: object) -> None:
+        if not (isinstance(value, str) and value.startswith(_SLOW_SHRINKING_WARNING)):
+            outer(value)
+
+    previous = _engine.MAX_SHRINKING_SECONDS
+    _engine.MAX_SHRINKING_SECONDS = seconds  # type: ignore[assignment]
+    try:
+        with with_reporter(without_the_warning):
+            yield True
+    finally:
+        _engine.MAX_SHRINKING_SECONDS = previous
