@@ -1,0 +1,296 @@
+"""The corpus of real lock-library bugs: which releases, how to install them, how to fuzz them.
+
+Each :class:`Entry` names a library's buggy release and the release that fixed it. Both
+are installed as released (``pip install --no-deps --target``, one directory per version,
+reused when present) and fuzzed by ``python -m taskboard fuzz`` in a subprocess whose
+``PYTHONPATH`` puts that directory first: two versions of a library never meet in one
+interpreter, and neither meets the project's own redis-py.
+
+Run the whole corpus by hand (it prints the table of ``docs/real-bugs.md``)::
+
+    TASKBOARD_REDIS_URL=redis://127.0.0.1:6379/0 python -m tests.realworld.corpus [--deep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "CORPUS",
+    "REPO_ROOT",
+    "Entry",
+    "FuzzResult",
+    "InstallError",
+    "default_cache",
+    "fuzz",
+    "install",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A buggy release and its fix, and how the checker catches the one and passes the other."""
+
+    #: A short id: the test's parameter id.
+    name: str
+    #: ``module:Name`` of the board factory, under ``tests.realworld``.
+    target: str
+    #: The distribution on PyPI, and the two releases.
+    dist: str
+    buggy: str
+    fixed: str
+    #: Other distributions pinned next to it (``redis==3.5.3`` for python-redis-lock).
+    pins: tuple[str, ...] = ()
+    #: Whether the target needs ``TASKBOARD_REDIS_URL``.
+    redis: bool = False
+    #: The seed that catches the buggy release, and the examples each release gets.
+    seed: int = 0
+    catch_examples: int = 200
+    pass_examples: int = 100
+    #: How long Hypothesis may shrink the failure found (the trace is the smallest by then).
+    shrink_budget: str = "20s"
+    #: Slow enough to stay out of CI (``pytest -m deep``).
+    deep: bool = False
+    #: Extra ``taskboard fuzz`` options.
+    options: tuple[str, ...] = field(default=())
+
+
+CORPUS: tuple[Entry, ...] = (
+    Entry(
+        "redis-py-oldlock-stale-release",
+        "tests.realworld.redis_py:board",
+        "redis",
+        buggy="2.9.1",
+        fixed="2.10.0",
+        redis=True,
+        seed=2,
+    ),
+    Entry(
+        "filelock-soft-stale-release",
+        "tests.realworld.filelock_soft:board",
+        "filelock",
+        buggy="3.29.5",
+        fixed="3.30.0",
+        seed=2,
+        shrink_budget="40s",
+    ),
+    Entry(
+        "python-redis-lock-stale-release",
+        "tests.realworld.python_redis_lock:board",
+        "python-redis-lock",
+        buggy="2.3.0",
+        fixed="3.0.0",
+        pins=("redis==3.5.3",),
+        redis=True,
+        seed=2,
+        catch_examples=60,
+        pass_examples=15,
+        shrink_budget="30s",
+        deep=True,
+    ),
+)
+
+
+class InstallError(Exception):
+    """pip could not install a release (no network, no such version)."""
+
+
+def default_cache() -> Path:
+    """``$TASKBOARD_REALWORLD_CACHE``, or ``realworld-libs`` in the system's temp directory."""
+    chosen = os.environ.get("TASKBOARD_REALWORLD_CACHE")
+    return Path(chosen) if chosen else Path(tempfile.gettempdir()) / "taskboard-realworld-libs"
+
+
+def install(dist: str, version: str, pins: Sequence[str] = (), cache: Path | None = None) -> Path:
+    """``dist==version`` (and ``pins``) installed with ``pip install --no-deps --target`` into
+    ``<cache>/<dist>-<version>``, or that directory as it is when a previous call completed it.
+
+    Installs into a temporary directory and renames it into place, so parallel test
+    workers never see half an installation.
+
+    Raises:
+        InstallError: pip failed; its output is in the message.
+    """
+    cache = cache or default_cache()
+    target = cache / f"{dist}-{version}"
+    if (target / ".complete").exists():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dist}-{version}-", dir=cache))
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--no-compile",
+        "--target",
+        str(staging),
+        f"{dist}=={version}",
+        *pins,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InstallError(f"{' '.join(command)} failed:\n{done.stdout}{done.stderr}")
+    (staging / ".complete").write_text(f"{dist}=={version} {' '.join(pins)}\n")
+    try:
+        staging.rename(target)
+    except OSError:  # another worker got there first
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+@dataclass(frozen=True)
+class FuzzResult:
+    """What one ``taskboard fuzz`` subprocess did."""
+
+    returncode: int
+    output: str
+    seconds: float
+    trace_file: Path | None
+
+    @property
+    def violation(self) -> bool:
+        return self.returncode == 1 and "contract violation" in self.output
+
+    @property
+    def shrunk_steps(self) -> int | None:
+        """Steps in the trace file written, or ``None`` if there is none."""
+        if self.trace_file is None:
+            return None
+        return len(json.loads(self.trace_file.read_text())["steps"])
+
+    @property
+    def examples(self) -> int | None:
+        found = re.search(r"(\d[\d,]*) examples?", self.output)
+        return None if found is None else int(found.group(1).replace(",", ""))
+
+
+def fuzz(
+    target: str,
+    libdir: Path,
+    workdir: Path,
+    *,
+    seed: int,
+    max_examples: int,
+    budget: str = "10m",
+    shrink_budget: str = "20s",
+    options: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    timeout: float = 900,
+) -> FuzzResult:
+    """Run ``python -m taskboard fuzz TARGET --clock wall --mode sequential`` in a subprocess
+    whose ``PYTHONPATH`` is ``libdir`` then the repository; the example database and the
+    traces go under ``workdir`` (fresh per run, so nothing is replayed from an earlier one);
+    ``env`` adds variables (``TASKBOARD_REDIS_URL``) to this process's environment."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    traces = workdir / "traces"
+    command = [
+        sys.executable,
+        "-m",
+        "taskboard",
+        "fuzz",
+        target,
+        "--clock",
+        "wall",
+        "--mode",
+        "sequential",
+        "--seed",
+        str(seed),
+        "--max-examples",
+        str(max_examples),
+        "--budget",
+        budget,
+        "--shrink-budget",
+        shrink_budget,
+        "--database",
+        str(workdir / "examples"),
+        "--trace-dir",
+        str(traces),
+        "--quiet",
+        *options,
+    ]
+    child_env = {**os.environ, **(env or {})}
+    child_env["PYTHONPATH"] = os.pathsep.join([str(libdir), str(REPO_ROOT)])
+    child_env.pop("PYTHONSAFEPATH", None)
+    started = time.monotonic()
+    done = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    seconds = time.monotonic() - started
+    written = sorted(traces.glob("*.json")) if traces.exists() else []
+    return FuzzResult(
+        done.returncode, done.stdout + done.stderr, seconds, written[-1] if written else None
+    )
+
+
+def _row(entry: Entry, caught: FuzzResult, passed: FuzzResult) -> str:
+    verdict = "caught" if caught.violation and passed.returncode == 0 else "NOT REPRODUCED"
+    return (
+        f"| {entry.dist} | {entry.buggy} → {entry.fixed} | {verdict} | "
+        f"{caught.examples} examples, {caught.seconds:.1f} s | {caught.shrunk_steps} | "
+        f"{passed.returncode} ({passed.examples} examples, {passed.seconds:.1f} s) |"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--deep", action="store_true", help="also the slow (whole-second) entries")
+    parser.add_argument("--only", help="run only the entry with this name")
+    parser.add_argument("--seed", type=int, help="override each entry's seed")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.mkdtemp(prefix="corpus-")))
+    args = parser.parse_args(argv)
+    print("| library | buggy → fixed | verdict | caught in | shrunk steps | fixed: exit |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for entry in CORPUS:
+        if (entry.deep and not args.deep and args.only is None) or args.only not in (
+            None,
+            entry.name,
+        ):
+            continue
+        seed = entry.seed if args.seed is None else args.seed
+        results = []
+        for version, examples in ((entry.buggy, entry.catch_examples), (entry.fixed, None)):
+            libdir = install(entry.dist, version, entry.pins)
+            results.append(
+                fuzz(
+                    entry.target,
+                    libdir,
+                    args.workdir / f"{entry.name}-{version}-{seed}",
+                    seed=seed,
+                    max_examples=examples or entry.pass_examples,
+                    shrink_budget=entry.shrink_budget,
+                    options=entry.options,
+                )
+            )
+        print(_row(entry, *results), flush=True)
+        for result in results:
+            if result.returncode not in (0, 1) or (result.returncode == 1 and not result.violation):
+                print(result.output[-3000:], file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

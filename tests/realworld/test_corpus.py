@@ -1,0 +1,110 @@
+"""Real bugs in released lock libraries, caught by the checker with the library unmodified.
+
+For each entry of :data:`tests.realworld.corpus.CORPUS`, both releases are installed as
+published (``pip install --no-deps --target``, cached across runs) and fuzzed in wall mode
+by ``python -m taskboard fuzz`` in a subprocess, with that release first on
+``PYTHONPATH``. The buggy release must be caught (exit 1, a contract violation, a trace
+written); the fixed one must pass (exit 0) over its examples. See ``docs/real-bugs.md``.
+
+Slow (each run sleeps through real leases). The whole-second python-redis-lock entry is
+deep: ``pytest -m deep tests/realworld``. The Redis entries need ``TASKBOARD_REDIS_URL``
+like every server test (CI fails rather than skips without it), and installing needs pip
+to reach PyPI (an install failure is a skip, and a failure where CI requires servers).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import unavailable
+from tests.realworld.corpus import (
+    CORPUS,
+    Entry,
+    FuzzResult,
+    InstallError,
+    default_cache,
+    fuzz,
+    install,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _params() -> list[object]:
+    return [
+        pytest.param(entry, id=entry.name, marks=[pytest.mark.deep] if entry.deep else [])
+        for entry in CORPUS
+    ]
+
+
+@pytest.fixture(scope="session")
+def lib_cache(pytestconfig: pytest.Config) -> Path:
+    """Where the releases are installed: ``$TASKBOARD_REALWORLD_CACHE``, else the pytest
+    cache (else, with the cache plugin off, the system's temp directory)."""
+    cache = getattr(pytestconfig, "cache", None)
+    if os.environ.get("TASKBOARD_REALWORLD_CACHE") or cache is None:
+        return default_cache()
+    return cache.mkdir("realworld-libs")
+
+
+def _installed(entry: Entry, version: str, cache: Path) -> Path:
+    try:
+        return install(entry.dist, version, entry.pins, cache)
+    except InstallError as exc:
+        unavailable(f"cannot install {entry.dist}=={version}: {exc}")
+
+
+def _env(entry: Entry, request: pytest.FixtureRequest) -> dict[str, str]:
+    """The servers the entry needs: ``TASKBOARD_REDIS_URL`` (a skip, or in CI a failure,
+    without it)."""
+    if entry.redis:
+        return {"TASKBOARD_REDIS_URL": request.getfixturevalue("redis_server_url")}
+    return {}
+
+
+def _described(result: FuzzResult) -> str:
+    return f"exit {result.returncode} after {result.seconds:.1f} s:\n{result.output[-4000:]}"
+
+
+@pytest.mark.parametrize("entry", _params())
+def test_buggy_release_is_caught(
+    entry: Entry, lib_cache: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The buggy release, unmodified: a contract violation, exit 1, a trace written."""
+    env = _env(entry, request)
+    result = fuzz(
+        entry.target,
+        _installed(entry, entry.buggy, lib_cache),
+        tmp_path,
+        seed=entry.seed,
+        max_examples=entry.catch_examples,
+        shrink_budget=entry.shrink_budget,
+        options=entry.options,
+        env=env,
+    )
+    assert result.violation, _described(result)
+    assert result.trace_file is not None, _described(result)
+    assert result.shrunk_steps, _described(result)
+
+
+@pytest.mark.parametrize("entry", _params())
+def test_fixed_release_passes(
+    entry: Entry, lib_cache: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The release that fixed it, on the same seed: no violation over its examples."""
+    env = _env(entry, request)
+    result = fuzz(
+        entry.target,
+        _installed(entry, entry.fixed, lib_cache),
+        tmp_path,
+        seed=entry.seed,
+        max_examples=entry.pass_examples,
+        options=entry.options,
+        env=env,
+    )
+    assert result.returncode == 0, _described(result)
+    assert "no violation found" in result.output, _described(result)
+    assert result.examples == entry.pass_examples, _described(result)
