@@ -166,9 +166,8 @@ def test_replay_on_a_correct_board_says_the_failure_did_not_recur(found: Found) 
     result = taskboard(found.cwd, "replay", str(found.traces[0]), "--board", MEMORY)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"on {MEMORY}" in result.stdout
-    assert "DID NOT RECUR: the recorded failure did not happen (the trace passes" in (
-        result.stdout
-    )
+    did_not_recur = "DID NOT RECUR: the recorded failure did not happen (the trace passes"
+    assert did_not_recur in result.stdout
     assert "PASS" not in result.stdout
 
 
