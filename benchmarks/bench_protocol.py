@@ -2,8 +2,9 @@
 ratio of the in-process MemoryBoard, through the same BoardMachine on the same examples.
 
 - MemoryBoard in-process: the anchor.
-- MemoryBoard served by a Python child (tests/protocol_boards.py): the protocol's own cost,
-  with a Python child's start-up (about 0.3 s) in every example.
+- MemoryBoard served by a Python child (tests/protocol_boards.py): the protocol's own cost.
+Each machine is ``BoardMachine.for_command``, as a user's: a spare process of the command,
+started while the previous example ran, serves the next example.
 - The Go reference board (go/cmd/fileboard, built here; skipped without Go): a file
   read-modify-write under flock per call, behind the Go adapter.
 
@@ -19,27 +20,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 from run_all import best_interleaved, machine_rate
 
-from taskboard import Board, Clock, Task
-from taskboard._protocol.board import exec_board
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.stateful import BoardMachine
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def exec_machine(argv: Sequence[str]) -> type[BoardMachine]:
-    """The machine of a board command, its boards closed after each example."""
-
-    def make(tasks: Sequence[Task], clock: Clock) -> Board:
-        board: Board = exec_board(argv, tasks, clock)
-        return board
-
-    return BoardMachine.for_board(make, close=lambda board: board.close())
 
 
 def go_fileboard(directory: str) -> list[str] | None:
@@ -63,13 +51,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         machines = {
             "MemoryBoard in-process": BoardMachine.for_board(MemoryBoard),
-            "MemoryBoard, Python child": exec_machine(
+            "MemoryBoard, Python child": BoardMachine.for_command(
                 [sys.executable, str(ROOT / "tests" / "protocol_boards.py"), "memory"]
             ),
         }
         go = go_fileboard(directory)
         if go is not None:
-            machines["Go file board, Go child"] = exec_machine(go)
+            machines["Go file board, Go child"] = BoardMachine.for_command(go)
         runs = {
             name: functools.partial(machine_rate, machine, args.examples)
             for name, machine in machines.items()

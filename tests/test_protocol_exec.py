@@ -169,6 +169,100 @@ def test_every_open_process_hears_the_time_before_any_gets_a_request(
         ]
 
 
+def spied(tmp_path: Path, name: str) -> list[str]:
+    """The command of protocol board ``name``, each of its processes copying what it reads on
+    stdin into a log of its own in ``tmp_path``."""
+    return ["sh", "-c", f'tee "{tmp_path}/$$.log" | {shlex.join(command(name))}']
+
+
+def requests_heard(tmp_path: Path) -> list[list[str]]:
+    """The ops each spied process read, in order."""
+    return [
+        [json.loads(line)["op"] for line in log.read_text().splitlines()]
+        for log in sorted(tmp_path.glob("*.log"))
+        if "init" in log.read_text() or "connect" in log.read_text()
+    ]
+
+
+def test_a_call_and_the_list_behind_it_go_out_together(opened: list[Any], tmp_path: Path) -> None:
+    """On the manual clock a board's only process gets the list the checker reads after a
+    call in the same write as the call, and list_tasks answers from it: one round trip."""
+    board = exec_board(spied(tmp_path, "sqlite"), [Task("t1")], ManualClock())
+    opened.append(board)
+    lease = board.claim("t1", "a1", ClaimRequest(ttl=TICK)).lease
+    (task,) = board.list_tasks()
+    assert task.lease == lease
+    board.close()
+    end_spares()  # the closed process has exited, and its log is whole
+    assert requests_heard(tmp_path) == [["hello", "init", "claim", "list", "close"]]
+
+
+def test_a_list_sent_ahead_is_not_taken_after_another_request(
+    opened: list[Any], tmp_path: Path
+) -> None:
+    """A list sent behind a call answers only the next list_tasks with nothing in between:
+    after a second call the board is listed anew, and shows that call's write."""
+    board = exec_board(spied(tmp_path, "sqlite"), [Task("t1")], ManualClock())
+    opened.append(board)
+    lease = board.claim("t1", "a1", ClaimRequest(ttl=TICK)).lease
+    assert lease is not None
+    board.release("t1", lease.token)
+    (task,) = board.list_tasks()
+    assert task.lease is None
+    board.close()
+    end_spares()
+    heard = ["hello", "init", "claim", "list", "release", "list", "close"]
+    assert requests_heard(tmp_path) == [heard]
+
+
+def test_no_list_goes_ahead_once_a_client_shares_the_storage(
+    opened: list[Any], tmp_path: Path
+) -> None:
+    """A list sent ahead before a client joined is not taken: the list shows the client's
+    write, and calls made while clients are open send no list ahead."""
+    board = exec_board(spied(tmp_path, "sqlite"), [Task("t1"), Task("t2")], ManualClock())
+    opened.append(board)
+    board.claim("t1", "a1", ClaimRequest(ttl=TICK))
+    client = board.open_client()
+    opened.append(client)
+    client.claim("t2", "a2", ClaimRequest(ttl=TICK))
+    assert {t.id: t.owner for t in board.list_tasks()} == {"t1": "a1", "t2": "a2"}
+    (first,) = [heard for heard in requests_heard(tmp_path) if "init" in heard]
+    (second,) = [heard for heard in requests_heard(tmp_path) if "connect" in heard]
+    assert first.count("list") == 2  # the one sent ahead, read and dropped; then a fresh one
+    assert second == ["hello", "connect", "set_time", "claim"]
+
+
+def test_set_time_goes_out_without_a_round_trip_and_its_error_comes_with_the_next_answer(
+    opened: list[Any], tmp_path: Path
+) -> None:
+    """set_time is written and its answer read before the next request's: a board that
+    answers set_time with an unknown code is a fault at that next request, naming set_time."""
+    script = tmp_path / "bad_time.py"
+    script.write_text(
+        "import json, sys\n"
+        "for line in sys.stdin:\n"
+        "    r = json.loads(line)\n"
+        "    a = {'id': r['id'], 'ok': True}\n"
+        "    if r['op'] == 'hello':\n"
+        "        a.update(protocol=1, name='bad time', ops=[], durable=False)\n"
+        "    elif r['op'] == 'init':\n"
+        "        a['storage'] = 'none'\n"
+        "    elif r['op'] == 'set_time':\n"
+        "        a.update(ok=False, error='clock_broken', message='no')\n"
+        "    elif r['op'] == 'list':\n"
+        "        a['tasks'] = []\n"
+        "    print(json.dumps(a), flush=True)\n"
+    )
+    clock = ManualClock()
+    board = exec_board([sys.executable, str(script)], [Task("t1")], clock)
+    opened.append(board)
+    clock.advance(TICK)
+    board._processes.keep_time()  # the time goes out; nothing is read yet
+    with pytest.raises(ProtocolError, match=r"set_time.*clock_broken"):
+        board.list_tasks()
+
+
 def test_a_spare_process_waits_for_the_next_board_and_end_spares_ends_it(
     opened: list[Any],
 ) -> None:
@@ -214,9 +308,11 @@ def test_a_malformed_answer_is_a_protocol_fault_and_ends_the_child(opened: list[
 
 
 def test_close_ends_the_process(opened: list[Any]) -> None:
-    """close() asks the child to close and the process exits with status 0."""
+    """close() asks the child to close, and the process exits with status 0 by the time
+    end_spares returns (it exits in the background: the next example does not wait)."""
     board = start(opened, "memory")
     board.close()
+    end_spares()
     assert board.child.exit_code == 0
 
 

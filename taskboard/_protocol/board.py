@@ -48,6 +48,10 @@ def split_command(command: str | Sequence[str]) -> tuple[str, ...]:
     return argv
 
 
+#: The calls that may change the board, which the checker follows with a ``list``.
+_WRITES = frozenset({"claim", "renew", "release", "complete", "fail"})
+
+
 class _Processes:
     """The open processes of one board (the one that ran ``init`` and its clients), and the
     time they last heard: in manual mode, before any of them gets a request after the clock
@@ -70,16 +74,24 @@ class _Processes:
                 self.time_sent = now
                 for child in self.open:
                     if child.exit_code is None:  # one that broke was reported already
-                        child.request("set_time", now=encode_time(now))
+                        child.tell("set_time", now=encode_time(now))
 
     def join(self, child: Child, *, connected: bool) -> None:
         """``child`` has answered ``init`` or (``connected``) ``connect``: it hears the time the
         others heard, and every later ``set_time``."""
         self.keep_time()
         with self._lock:
+            for other in self.open:  # a list sent ahead would miss the newcomer's writes
+                other.settle()
             if connected and self.manual:
                 child.request("set_time", now=encode_time(self.time_sent))
             self.open.append(child)
+
+    def alone(self, child: Child) -> bool:
+        """Whether ``child`` is the board's only open process, on the manual clock: then no
+        write reaches the storage but through its stdin, in order, and a ``list`` sent behind
+        a call answers as a ``list`` sent after it would (the board's time stands still)."""
+        return self.manual and self.open == [child]
 
     def leave(self, child: Child) -> None:
         with self._lock:
@@ -102,7 +114,9 @@ class _ExecBoard:
 
     def _call(self, op: str, **arguments: Any) -> dict[str, Any]:
         self._processes.keep_time()
-        return self.child.request(op, **arguments)
+        # The checker reads the board after every call it makes: send the list with the call.
+        then = "list" if op in _WRITES and self._processes.alone(self.child) else None
+        return self.child.request(op, then=then, **arguments)
 
     def _task(self, answer: dict[str, Any], op: str) -> Task:
         try:

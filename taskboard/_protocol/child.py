@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
 from taskboard._protocol.codec import (
@@ -25,12 +26,24 @@ from taskboard._protocol.codec import (
     request_line,
 )
 
-__all__ = ["STDERR_LINES", "Child"]
+__all__ = ["EXIT_GRACE", "SPIN_SECONDS", "STDERR_LINES", "Child", "await_exits"]
 
 #: How many of a child's last stderr lines a report shows.
 STDERR_LINES = 20
+#: How long a reader polls for an answer before it sleeps until one comes.
+SPIN_SECONDS = 200e-6
 #: How long a child may take to exit after ``close``, and then after SIGTERM.
 EXIT_GRACE = 2.0
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """A request whose answer is still unread; ``told``: its answer is only checked."""
+
+    request_id: int
+    op: str
+    arguments: dict[str, Any]
+    told: bool
 
 
 class Child:
@@ -49,6 +62,9 @@ class Child:
         self._lock = threading.Lock()  # one request at a time per process (SPEC 10)
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._unread = bytearray()  # what stdout gave beyond the last answer read
+        # Requests written ahead whose answers are still to be read, oldest first: a told
+        # ``set_time``, or a ``list`` sent behind a call (see ``request``'s ``then``).
+        self._ahead: collections.deque[_Ahead] = collections.deque()
         self.process = subprocess.Popen(
             self.argv,
             stdin=subprocess.PIPE,
@@ -62,6 +78,7 @@ class Child:
         # cost a hand-over per call); stderr by a thread of its own, which closes it at end
         # of file, so that a child that floods stderr never blocks on a full pipe.
         self._stdout = self.process.stdout.fileno()
+        os.set_blocking(self._stdout, False)  # see _read_soon
         self._answers = selectors.DefaultSelector()
         self._answers.register(self._stdout, selectors.EVENT_READ)
         self._stderr_reader = threading.Thread(
@@ -89,15 +106,29 @@ class Child:
                 del unread[:cut]
                 return line
             searched = len(unread)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._answers.select(remaining):
-                raise ProtocolError(op, f"no answer within {self.timeout:g} s")
-            chunk = os.read(self._stdout, 1 << 16)
+            chunk = self._read_soon()
+            if chunk is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._answers.select(remaining):
+                    raise ProtocolError(op, f"no answer within {self.timeout:g} s")
+                chunk = os.read(self._stdout, 1 << 16)
             if not chunk:
                 line = bytes(unread)
                 unread.clear()
                 return line
             unread += chunk
+
+    def _read_soon(self) -> bytes | None:
+        """What stdout gives within :data:`SPIN_SECONDS` of asking, polled without sleeping;
+        ``None`` if nothing came. Most answers come that fast, and a sleeping reader would
+        wait as long again to be woken (tens of microseconds a call, more on a VM)."""
+        give_up = time.perf_counter() + SPIN_SECONDS
+        while True:
+            try:
+                return os.read(self._stdout, 1 << 16)
+            except BlockingIOError:
+                if time.perf_counter() > give_up:
+                    return None
 
     def _read_stderr(self, stream: IO[bytes]) -> None:
         with stream:
@@ -109,39 +140,123 @@ class Child:
         """The child's last lines of stderr, as a report shows them."""
         return "\n".join(self._stderr)
 
-    def request(self, op: str, **arguments: Any) -> dict[str, Any]:
-        """Send one request and return its successful answer.
+    def request(self, op: str, *, then: str | None = None, **arguments: Any) -> dict[str, Any]:
+        """Send one request and return its successful answer. With ``then``, a request of
+        that op (without arguments) goes out in the same write, and its answer is kept for
+        the next ``request(then)``, if nothing else was sent to this process in between: a
+        call and the ``list`` behind it then cost one round trip, not two.
 
         Raises:
             ProtocolError: no answer within the timeout, a malformed one, or a closed pipe.
-            Exception: the contract error (or ``ValueError``) the answer names.
+            Exception: the contract error (or ``ValueError``) the answer names, or a told
+                ``set_time`` was answered with.
         """
         with self._lock:
             if self._broken is not None:
                 raise ProtocolError(op, f"the board process broke earlier: {self._broken.reason}")
-            self._next_id += 1
             try:
-                answer = self._round_trip(self._next_id, op, arguments)
+                answer = self._answer_ahead(op, arguments)
+                if answer is None:
+                    request_id = self._send(op, arguments, then=then)
+                    answer = self._answer(request_id, op)
             except ProtocolError as fault:
-                self._broken = fault
-                self._end()
+                self._break(fault)
                 raise fault.with_stderr(self.stderr_tail) from None
         if not answer["ok"]:
             raise error_of(answer, op)
         return answer
 
-    def _round_trip(self, request_id: int, op: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    def tell(self, op: str, **arguments: Any) -> None:
+        """Send a request whose answer is read (and checked) before the next one's: a
+        ``set_time`` costs no round trip of its own.
+
+        Raises:
+            ProtocolError: the process broke earlier, or stopped reading its stdin.
+        """
+        with self._lock:
+            if self._broken is not None:
+                raise ProtocolError(op, f"the board process broke earlier: {self._broken.reason}")
+            try:
+                self._send(op, arguments, told=True)
+            except ProtocolError as fault:
+                self._break(fault)
+                raise fault.with_stderr(self.stderr_tail) from None
+
+    def settle(self) -> None:
+        """Read every answer still ahead, so that none is taken for a later request: another
+        process is about to share the storage.
+
+        Raises:
+            ProtocolError: as ``request``; Exception: a told request's error.
+        """
+        with self._lock:
+            if self._broken is not None:
+                return
+            try:
+                self._answer_ahead(None, {})
+            except ProtocolError as fault:
+                self._break(fault)
+                raise fault.with_stderr(self.stderr_tail) from None
+
+    def _send(
+        self, op: str, arguments: dict[str, Any], *, then: str | None = None, told: bool = False
+    ) -> int:
+        """Write ``op`` (and ``then`` behind it) on the child's stdin; ``op``'s id."""
         stdin = self.process.stdin
         assert stdin is not None
+        self._next_id += 1
+        request_id = self._next_id
         try:
             stdin.write(request_line(request_id, op, arguments))
+            if told:
+                self._ahead.append(_Ahead(request_id, op, arguments, told=True))
+            if then is not None:
+                self._next_id += 1
+                stdin.write(request_line(self._next_id, then, {}))
+                self._ahead.append(_Ahead(self._next_id, then, {}, told=False))
             stdin.flush()
         except (BrokenPipeError, ValueError, OSError):
             raise ProtocolError(op, self._exit_reason("it stopped reading its stdin")) from None
+        return request_id
+
+    def _answer(self, request_id: int, op: str) -> dict[str, Any]:
+        """The child's answer to request ``request_id``, read and checked.
+
+        Raises:
+            ProtocolError: it is malformed, or stdout closed (saying how the child exited).
+        """
         line = self._read_line(op)
         if not line:
             raise ProtocolError(op, self._exit_reason("it closed its stdout"))
         return read_answer(line, request_id, op)
+
+    def _answer_ahead(self, op: str | None, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        """Read every answer ahead; return the last one's if it answers ``op`` with
+        ``arguments`` (nothing was sent after it), else ``None``.
+
+        Raises:
+            ProtocolError: an answer ahead is malformed or missing.
+            Exception: the error a told request was answered with (once all were read).
+        """
+        taken: dict[str, Any] | None = None
+        refused: Exception | None = None
+        while self._ahead:
+            ahead = self._ahead.popleft()
+            answer = self._answer(ahead.request_id, ahead.op)
+            if ahead.told:
+                if not answer["ok"] and refused is None:
+                    refused = error_of(answer, ahead.op)
+            elif not self._ahead and (ahead.op, ahead.arguments) == (op, arguments):
+                taken = answer
+        if refused is not None:
+            raise refused
+        return taken
+
+    def _break(self, fault: ProtocolError) -> None:
+        """Its answers can no longer be matched to requests: end it."""
+        self._broken = fault
+        self._ahead.clear()
+        self._end()
 
     def _exit_reason(self, what: str) -> str:
         try:
@@ -151,11 +266,19 @@ class Child:
         return f"{what}: it exited with status {code}"
 
     def close(self, *, polite: bool = True) -> None:
-        """Ask the child to close (``polite``), then end it whatever it does; idempotent."""
+        """Ask the child to close (``polite``), then end it whatever it does; idempotent.
+        Whatever it answers, ending the process is what matters: so a polite close is sent
+        and the child left to exit in the background (the next example need not wait for
+        it); :func:`await_exits` waits until every such child is ended."""
         if polite and self._broken is None and self.process.poll() is None:
-            # Whatever it answers, ending the process is what matters here.
-            with contextlib.suppress(Exception):
-                self.request("close")
+            try:
+                with self._lock:
+                    self._send("close", {})
+            except ProtocolError:
+                pass  # it stopped reading: ended below
+            else:
+                _EXITS.end_later(self)
+                return
         self._end()
 
     def _end(self) -> None:
@@ -181,3 +304,49 @@ class Child:
     def exit_code(self) -> int | None:
         """The child's exit status, or ``None`` while it runs."""
         return self.process.poll()
+
+
+class _Exits:
+    """Children that were sent ``close``, ended one after another by one daemon thread (a
+    thread of their own would cost each example its start)."""
+
+    def __init__(self) -> None:
+        self._pending: list[Child] = []
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def end_later(self, child: Child) -> None:
+        with self._changed:
+            self._pending.append(child)
+            self._changed.notify_all()
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="taskboard-exits", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._pending:
+                    self._changed.wait()
+                child = self._pending[0]
+            try:
+                child._end()
+            finally:
+                with self._changed:
+                    self._pending.remove(child)
+                    self._changed.notify_all()
+
+    def wait(self) -> None:
+        with self._changed:
+            while self._pending:
+                self._changed.wait()
+
+
+_EXITS = _Exits()
+
+
+def await_exits() -> None:
+    """Wait until every child that was sent ``close`` has exited (or was killed)."""
+    _EXITS.wait()

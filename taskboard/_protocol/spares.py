@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
-from taskboard._protocol.child import Child
+from taskboard._protocol.child import EXIT_GRACE, Child, await_exits
 from taskboard._protocol.codec import PROTOCOL_VERSION, ProtocolError
 
 __all__ = ["ExecStartError", "Hello", "end_spares", "hello_of", "start_child", "take_child"]
@@ -89,6 +89,9 @@ class _Spares:
         self._untaken: set[Child] = set()
         #: How many times :meth:`end` ran: a spare still starting when it did is ended too.
         self._ends = 0
+        #: The threads starting spares: :meth:`end` waits for them, so that none starts a
+        #: process after the run ended.
+        self._starting: set[threading.Thread] = set()
 
     def take(self, argv: Sequence[str], timeout: float) -> tuple[Child, Hello]:
         key = (tuple(argv), timeout)
@@ -124,10 +127,15 @@ class _Spares:
                 future.set_result(start_child(*key, started))
             except BaseException as exc:
                 future.set_exception(exc)
+            finally:
+                with self._lock:
+                    self._starting.discard(thread)
 
         # A daemon thread, not an executor's: a child that never answers must not hold up
         # the interpreter's exit, and end_spares ends its process whatever the thread does.
-        threading.Thread(target=run, name="taskboard-spare", daemon=True).start()
+        thread = threading.Thread(target=run, name="taskboard-spare", daemon=True)
+        self._starting.add(thread)  # under the lock: take() holds it
+        thread.start()
         return future
 
     def end(self) -> None:
@@ -137,6 +145,13 @@ class _Spares:
             self._ends += 1
         for child in untaken:
             child.close(polite=False)
+        with self._lock:
+            starting = list(self._starting)
+        for thread in starting:
+            # Its process, once started, is ended by ``started`` (ends changed); its hello
+            # then fails at once. Bounded: a child that ignores SIGTERM is killed after that.
+            thread.join(timeout=3 * EXIT_GRACE)
+        await_exits()
 
 
 _SPARES = _Spares()
@@ -166,5 +181,6 @@ def hello_of(argv: Sequence[str], timeout: float) -> Hello:
 
 
 def end_spares() -> None:
-    """End every spare process nobody took; the next :func:`take_child` starts afresh."""
+    """End every spare process nobody took, and wait for every closed one to exit; the next
+    :func:`take_child` starts afresh."""
     _SPARES.end()

@@ -1,5 +1,6 @@
-// Command fileboard is the Go reference board: tasks in a JSON file, every operation one
-// read-modify-write under an exclusive flock, so clients in other processes are real.
+// Command fileboard is the Go reference board: tasks in a JSON file, every change one
+// read-modify-write under an exclusive flock (a list shares the lock with other readers), so
+// clients in other processes are real.
 //
 //	fileboard [-dir DIR] [-mutant NAME]
 //
@@ -12,8 +13,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"syscall"
@@ -29,7 +32,10 @@ type stored struct {
 }
 
 type fileBoard struct {
-	path   string
+	path string
+	// file stays open for the process's life: each call locks it, reads it and rewrites it
+	// in place, so every process sees every write (the inode never changes).
+	file   *os.File
 	clock  protocol.Clock
 	mutant string
 	// process guards this process's own calls; only the claim-atomic-in-process mutant
@@ -59,12 +65,15 @@ func main() {
 			if err != nil {
 				return nil, "", err
 			}
-			f.Close()
-			b := &fileBoard{path: f.Name(), clock: clock, mutant: *mutant}
+			b := &fileBoard{path: f.Name(), file: f, clock: clock, mutant: *mutant}
 			return b, b.path, b.write(stored{Tasks: tasks, Fences: map[taskboard.TaskID]uint64{}})
 		},
 		Connect: func(storage string, clock protocol.Clock) (taskboard.Board, error) {
-			return &fileBoard{path: storage, clock: clock, mutant: *mutant}, nil
+			f, err := os.OpenFile(storage, os.O_RDWR, 0)
+			if err != nil {
+				return nil, err
+			}
+			return &fileBoard{path: storage, file: f, clock: clock, mutant: *mutant}, nil
 		},
 		Remove: os.Remove,
 	})
@@ -75,34 +84,50 @@ func (b *fileBoard) write(s stored) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(b.path, data, 0o600)
+	_, err = b.file.WriteAt(data, 0)
+	return err
 }
 
 // locked runs change on the stored board under an exclusive flock of its file; change says
-// whether it wrote.
+// whether it wrote. The read and the write go through the locked descriptor: one open a call.
 func (b *fileBoard) locked(change func(s *stored) (bool, error)) error {
-	f, err := os.OpenFile(b.path, os.O_RDWR, 0)
-	if err != nil {
+	return b.withFile(syscall.LOCK_EX, func(f *os.File, s *stored) error {
+		wrote, err := change(s)
+		if err != nil || !wrote {
+			return err
+		}
+		data, err := json.Marshal(s)
+		if err != nil {
+			return err
+		}
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
+		_, err = f.WriteAt(data, 0)
 		return err
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	})
+}
+
+// withFile takes flock(how) on the board's file and hands use the stored board.
+func (b *fileBoard) withFile(how int, use func(f *os.File, s *stored) error) error {
+	f := b.file
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
 		return err
 	}
 	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	data, err := os.ReadFile(b.path)
+	size, err := f.Seek(0, io.SeekEnd)
 	if err != nil {
+		return err
+	}
+	data := make([]byte, size)
+	if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	var s stored
 	if err := json.Unmarshal(data, &s); err != nil {
 		return err
 	}
-	wrote, err := change(&s)
-	if err != nil || !wrote {
-		return err
-	}
-	return b.write(s)
+	return use(f, &s)
 }
 
 func find(s *stored, id taskboard.TaskID) *taskboard.Task {
@@ -135,7 +160,8 @@ func token() string {
 
 func (b *fileBoard) List(ctx context.Context) ([]taskboard.Task, error) {
 	var tasks []taskboard.Task
-	err := b.locked(func(s *stored) (bool, error) { tasks = s.Tasks; return false, nil })
+	// A read shares the lock with other readers: only writers exclude each other.
+	err := b.withFile(syscall.LOCK_SH, func(_ *os.File, s *stored) error { tasks = s.Tasks; return nil })
 	return tasks, err
 }
 
