@@ -154,6 +154,9 @@ def test_every_open_process_hears_the_time_before_any_gets_a_request(
     opened.extend(clients)
     clock.advance(TICK * 7)
     board.list_tasks()
+    for process in (*clients, board):  # set_time is not waited for: let every log be whole
+        process.close()
+    end_spares()
     expected = int(clock.now().timestamp()) * 1_000_000 + clock.now().microsecond
     heard = [
         [json.loads(line) for line in log.read_text().splitlines()]

@@ -207,10 +207,14 @@ def _integer(value: object, what: str) -> None:
 # -- lines ---------------------------------------------------------------------------------------
 
 
+#: One encoder for every request (``json.dumps`` with options builds one per call).
+_REQUEST_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def request_line(request_id: int, op: str, arguments: Mapping[str, Any]) -> bytes:
     """One request as the line the checker writes on a child's stdin."""
     request = {"id": request_id, "op": op, **arguments}
-    return json.dumps(request, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return _REQUEST_ENCODER.encode(request).encode() + b"\n"
 
 
 def read_answer(line: bytes, request_id: int, op: str) -> dict[str, Any]:
