@@ -17,7 +17,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from taskboard._clock import CLOCK_MODES
 from taskboard._fuzz.targets import Target, UsageError
 from taskboard._profiles import NIGHTLY
-from taskboard.stateful._config import MachineConfig
+from taskboard.stateful._config import COARSE_STEP_COUNT, MachineConfig
 from taskboard.stateful._hypothesis import changed_settings
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._trace import NEMESIS_HOOKS
@@ -168,10 +168,14 @@ class FuzzOptions:
         return machine
 
     def settings(self, target: Target, database: ExampleDatabase | None) -> settings:
-        """The Hypothesis settings of the run: the nightly profile, then every setting the
-        machine was given but :data:`IGNORED_SETTINGS`, then ``database``."""
+        """The Hypothesis settings of the run: the nightly profile (at most
+        :data:`COARSE_STEP_COUNT` steps an example on a coarse wall-clock unit), then every
+        setting the machine was given but :data:`IGNORED_SETTINGS`, then ``database``."""
         base = settings(settings.get_profile(NIGHTLY), database=database)
-        return settings(base, **machine_settings(target))
+        chosen: dict[str, Any] = {}
+        if MachineConfig.of(self.machine(target)).coarse:
+            chosen["stateful_step_count"] = min(base.stateful_step_count, COARSE_STEP_COUNT)
+        return settings(base, **{**chosen, **machine_settings(target)})
 
     def replace(self, **changes: Any) -> FuzzOptions:
         """These options with ``changes``."""

@@ -11,12 +11,16 @@ from typing import Any, TypeVar
 from taskboard._clock import CLOCK_MODES, ClockMode
 from taskboard.model import ExpiredLeasePolicy
 from taskboard.model._model import EXPIRED_LEASE_POLICIES
+from taskboard.stateful._generation import OUTLIVING_TTL_TICKS
 from taskboard.stateful._trace import NEMESIS_HOOKS
 from taskboard.stateful._tracefile import TRACE_DIR_ENV
 
 __all__ = [
+    "COARSE_STEP_COUNT",
+    "COARSE_UNIT",
     "SNAPSHOT_ATTEMPTS",
     "WALL_LATENCY_ROOM",
+    "WALL_LONGEST_WAIT",
     "MachineConfig",
     "hook_defined",
     "hook_stub",
@@ -51,6 +55,24 @@ def wall_ttl_unit(resolution: timedelta, skew: timedelta) -> timedelta:
     so that a drawn lease is seen live before its ``until`` and expired after it."""
     span = 2 * skew + WALL_LATENCY_ROOM
     return max(resolution, -(-span // resolution) * resolution)
+
+
+#: On the wall clock, ``at_expiry`` waits for leases that end within this many TTL units; a
+#: longer lease outlives the example, as a lease of 10,000 ticks does on a manual clock.
+WALL_LONGEST_WAIT = 8
+#: A TTL unit at least this long is coarse (a store that keeps whole seconds, a long shortest
+#: lease): every unit the schedule waits is then a real wait, so it waits fewer.
+COARSE_UNIT = timedelta(milliseconds=100)
+#: On a coarse unit, the most units ``at_expiry`` waits for a lease's end, and a clock step
+#: sleeps: leases of one or two units still expire within the example.
+COARSE_LONGEST_WAIT = 2
+#: On a coarse unit, how many units one example's clock steps may sleep in all (jumps to a
+#: lease's end aside); later ones leave the clock where it is. An example then costs
+#: seconds, not minutes, on a whole-second store.
+COARSE_WAIT_BUDGET = 6
+#: On a coarse unit, the most steps ``taskboard fuzz`` gives an example: a shorter example
+#: fits the wait budget, and its failure shrinks in fewer, shorter runs.
+COARSE_STEP_COUNT = 25
 
 
 @dataclass(frozen=True)
@@ -107,6 +129,37 @@ class MachineConfig:
         unit = wall_ttl_unit(self.resolution, self.skew) if self.wall else self.resolution
         shortest = -(-self.shortest_lease // self.resolution) * self.resolution
         return max(unit, shortest)
+
+    @property
+    def coarse(self) -> bool:
+        """On the wall clock, a TTL unit of :data:`COARSE_UNIT` or more: waits are scaled down."""
+        return self.wall and self.ttl_unit >= COARSE_UNIT
+
+    @property
+    def longest_wait(self) -> int:
+        """On the wall clock, how many TTL units ``at_expiry`` (and a parallel program) waits
+        for a lease's end at most; on a coarse unit also the most a clock step sleeps."""
+        return COARSE_LONGEST_WAIT if self.coarse else WALL_LONGEST_WAIT
+
+    @property
+    def longest_clock_step(self) -> int:
+        """The most whole TTL units a clock step moves: one on a coarse unit, where each is a
+        real wait; otherwise any the rule draws."""
+        return COARSE_LONGEST_WAIT - 1 if self.coarse else OUTLIVING_TTL_TICKS
+
+    @property
+    def wait_budget(self) -> timedelta | None:
+        """On a coarse unit, the most one example's clock steps sleep in all (jumps to a
+        lease's end aside); ``None``: no limit."""
+        return COARSE_WAIT_BUDGET * self.ttl_unit if self.coarse else None
+
+    def lease_ttl(self, ticks: int) -> timedelta:
+        """The TTL of a lease of ``ticks`` drawn ticks; on a coarse unit a short lease (0 and
+        the longest aside) lasts at most :attr:`longest_wait` units, so that it ends within
+        the example's wait budget."""
+        if self.coarse and 0 < ticks < OUTLIVING_TTL_TICKS:
+            ticks = min(ticks, self.longest_wait)
+        return ticks * self.ttl_unit
 
     @property
     def snapshot_attempts(self) -> int:

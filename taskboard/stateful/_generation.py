@@ -22,6 +22,7 @@ __all__ = [
     "GRAPH_SHAPES",
     "HOLDERS",
     "NEVER_ISSUED",
+    "OUTLIVING_TTL_TICKS",
     "RENEW_TTL_TICKS",
     "TASK_IDS",
     "TOKEN_OPS",
@@ -44,12 +45,15 @@ UNKNOWN_TASK_ID = "t404"
 #: Agent names repeat on purpose: agents are not identities, tokens are. The long
 #: non-ASCII name catches stores that truncate or re-encode the owner.
 AGENTS = ("a1", "a2", "a1", "ü-agent with a rather long name")
+#: A lease length in clock ticks that outlives any example unless ``at_expiry`` jumps to its
+#: end.
+OUTLIVING_TTL_TICKS = 10_000
 #: Lease lengths in clock ticks: mostly short, so leases expire within an example; 0 never
-#: expires; 10,000 outlives any example unless ``at_expiry`` jumps to its end.
-TTL_TICKS = choice((1, 2, 5, 20, 0, 10_000))
+#: expires.
+TTL_TICKS = choice((1, 2, 5, 20, 0, OUTLIVING_TTL_TICKS))
 #: Renewal lengths: as for claims, but "no expiry" twice as often, since a renew to ttl 0
 #: must clear ``until`` (a store that keeps the old one leaves a lease that still expires).
-RENEW_TTL_TICKS = choice((1, 0, 5, 20, 0, 10_000))
+RENEW_TTL_TICKS = choice((1, 0, 5, 20, 0, OUTLIVING_TTL_TICKS))
 #: Either way of a two-way argument, ``False`` first (what a failure shrinks to).
 BOOLEANS = choice((False, True))
 #: Whose token a holder action uses: the task's latest lease's, or the one before it.

@@ -570,7 +570,7 @@ class BoardMachine(RuleBasedStateMachine):
         """Claim a task for an agent, for ``ttl_ticks`` clock ticks (0: no expiry)."""
         session = self._session
         outcome = session.perform(
-            Call(Op.CLAIM, task, agent=agent, ttl=ttl_ticks * session.ttl_unit)
+            Call(Op.CLAIM, task, agent=agent, ttl=session.config.lease_ttl(ttl_ticks))
         )
         if outcome.task is None or outcome.task.lease is None or not outcome.ok:
             return self._no_new_lease(task)
@@ -604,7 +604,7 @@ class BoardMachine(RuleBasedStateMachine):
         """Renew ``task`` as its latest lease's holder, or as the holder before (stale)."""
         session = self._session
         token = session.token_of(task, holder) or NEVER_ISSUED
-        session.perform(Call(Op.RENEW, task, token=token, ttl=ttl_ticks * session.ttl_unit))
+        session.perform(Call(Op.RENEW, task, token=token, ttl=session.config.lease_ttl(ttl_ticks)))
 
     @rule(task=choice(TASK_IDS), holder=choice(HOLDERS))
     def release(self, task: str, holder: str) -> None:
@@ -631,7 +631,7 @@ class BoardMachine(RuleBasedStateMachine):
         """Act on a lease's task with its token: often a stale holder acting late."""
         session = self._session
         if session.supports(op):
-            ttl = ttl_ticks * session.ttl_unit
+            ttl = session.config.lease_ttl(ttl_ticks)
             session.perform(Call(Op(op), lease.task_id, token=lease.token, ttl=ttl))
 
     @rule(op=choice(TOKEN_OPS), task=choice(TASK_IDS), how=choice(WRONG_TOKENS))
@@ -669,12 +669,13 @@ class BoardMachine(RuleBasedStateMachine):
     @rule(ticks=st.integers(1, 5))
     def advance_clock(self, ticks: int) -> None:
         """Move the clock forward by a few ticks (long leases end by ``at_expiry``); on the wall
-        clock, sleep a few TTL units and a half, to land between expiry boundaries rather than
-        on one (``at_expiry`` covers the boundaries), so the example replays alike."""
+        clock, sleep a few TTL units and a half (on a coarse unit, one and a half), to land
+        between expiry boundaries rather than on one (``at_expiry`` covers the boundaries)."""
         session = self._session
         unit = session.ttl_unit
+        ticks = min(ticks, session.config.longest_clock_step)
         step = ticks * unit + (unit / 2 if session.wall else timedelta(0))
-        session.move_clock(session.clock.now() + step, "")
+        session.move_clock(session.clock.now() + step, "", blind=True)
 
     # On the wall clock whether a lease is still ahead depends on timing, and with tolerated
     # faults on whether a claim met one, so the rule is then always enabled (Hypothesis needs
@@ -690,20 +691,22 @@ class BoardMachine(RuleBasedStateMachine):
     )
     def at_expiry(self, which: int, early: bool, then: str, agent: str, ttl_ticks: int) -> Any:
         """Move the clock to exactly a live lease's ``until`` (or one tick before it), then act
-        on its task at once: claim it as ``agent``, act with the lease's token, or nothing.
-
-        Boundary bugs live exactly here, so the jump and the action are one step. On the
-        wall clock, sleep to just before or just after ``until``, by the skew, the
-        resolution and (before) the calls' latency, so the call's window is on one side."""
+        on its task at once: claim it as ``agent``, act with the lease's token, or nothing
+        (boundary bugs live exactly here). On the wall clock, sleep to just before or after
+        ``until``; with no lease ending soon, claim one of one TTL unit for ``agent`` first."""
         session = self._session
         expiring = session.expiring()
-        if not expiring:  # outcomes vary: no lease ends soon, so no boundary to land on
-            return self.claim(TASK_IDS[which], agent, ttl_ticks) if then == "claim" else multiple()
+        if not expiring:  # outcomes vary (see the precondition): make a lease that ends soon
+            self.claim(TASK_IDS[which], agent, 1)
+            expiring = session.expiring()
+        if not expiring:
+            return self._no_new_lease(TASK_IDS[which])
         task_id, token, until = expiring[which % len(expiring)]
+        made = self._no_new_lease(task_id)  # the same count of leases whichever way it went
         session.land_at_expiry(token, until, early=early)
         if then == "claim":
             return self.claim(task_id, agent, ttl_ticks)
         if then != "nothing" and session.supports(then):
-            ttl = ttl_ticks * session.ttl_unit
+            ttl = session.config.lease_ttl(ttl_ticks)
             session.perform(Call(Op(then), task_id, token=token, ttl=ttl))
-        return multiple()
+        return made

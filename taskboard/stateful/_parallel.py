@@ -57,7 +57,6 @@ from taskboard.stateful._hypothesis import (
 from taskboard.stateful._processes import run_in_processes
 from taskboard.stateful._reports import Report, failures_reported, record_failure
 from taskboard.stateful._session import (
-    WALL_LONGEST_WAIT,
     MachineHooks,
     Session,
     end_example,
@@ -217,7 +216,8 @@ def run_program(
         session.observe(None)
         for op in program.prefix:
             if op.op == "advance":
-                session.move_clock(session.clock.now() + op.ttl_ticks * session.ttl_unit, "")
+                ahead = session.clock.now() + op.ttl_ticks * session.ttl_unit
+                session.move_clock(ahead, "", blind=True)
             elif op.op == "expiry":
                 _move_to_expiry(session, op)
             elif op.op in NEMESIS_HOOKS:
@@ -267,7 +267,7 @@ def _move_to_expiry(session: Session, op: ParallelOp) -> None:
         return
     until = lease.until
     if session.wall:
-        if until - now > WALL_LONGEST_WAIT * session.ttl_unit:
+        if until - now > session.config.longest_wait * session.ttl_unit:
             return
         lead = (op.ttl_ticks + 1) * EXPIRY_LEAD
         target, where = until - lead, f"{format_offset(lead)} before"
@@ -324,7 +324,7 @@ def _move_into_prefix(
 
 
 def _call(session: Session, op: ParallelOp, mine: dict[str, str]) -> Call:
-    ttl = op.ttl_ticks * session.ttl_unit
+    ttl = session.config.lease_ttl(op.ttl_ticks)
     if op.op == "claim":
         return Call(Op.CLAIM, op.task, agent=op.agent, ttl=ttl)
     if op.token == "mine" and op.task in mine:

@@ -53,7 +53,6 @@ from taskboard.stateful._tracefile import Trace, Verdict
 
 __all__ = [
     "WALL_LANDING",
-    "WALL_LONGEST_WAIT",
     "ExampleStats",
     "MachineHooks",
     "Session",
@@ -64,9 +63,6 @@ __all__ = [
     "stop_when",
 ]
 
-#: On the wall clock, ``at_expiry`` waits for leases that end within this many TTL units; a
-#: longer lease outlives the example, as a lease of 10,000 ticks does on a manual clock.
-WALL_LONGEST_WAIT = 8
 #: On the wall clock, how far past a lease's ``until`` (beyond the skew and the resolution)
 #: ``at_expiry`` lands, so that the call's window lies wholly after it.
 WALL_LANDING = timedelta(microseconds=200)
@@ -219,6 +215,8 @@ class Session:
         self.wall = config.wall
         self.skew = config.skew
         self.ttl_unit = config.ttl_unit
+        #: On the wall clock, how long this example's clock steps have slept.
+        self.waited = timedelta(0)
         self.clock: Clock = SystemClock() if self.wall else ManualClock(start)
         self.run = RunStart(type(hooks), config, tuple(tasks), self.clock.now())
         self.trace: list[Step] = []
@@ -525,10 +523,18 @@ class Session:
 
     # -- the clock -----------------------------------------------------------------------------
 
-    def move_clock(self, target: datetime | None, note: str) -> None:
-        """Move the clock to ``target`` (sleep, on the wall clock) as a step of the trace."""
+    def move_clock(self, target: datetime | None, note: str, *, blind: bool = False) -> None:
+        """Move the clock to ``target`` (sleep, on the wall clock) as a step of the trace. A
+        ``blind`` move (one aimed at no lease's end) sleeps on a coarse unit only while the
+        example's wait budget lasts."""
         _check_stop()
         before = self.clock.now()
+        budget = self.config.wait_budget
+        if target is not None and budget is not None and blind:
+            if self.waited + (target - before) > budget:
+                target, note = None, "clock stays: the example's wait budget is spent"
+            else:
+                self.waited += target - before
         if target is not None:
             self.clock_to(target)
         moved = self.clock.now() - before
@@ -543,16 +549,27 @@ class Session:
 
     def expiring(self) -> list[tuple[str, str, datetime]]:
         """The live leases that will expire, as (task, token, until); on the wall clock only
-        those that end within :data:`WALL_LONGEST_WAIT` TTL units (waiting is real)."""
+        those that end within the config's ``longest_wait`` TTL units (waiting is real). On
+        the wall clock, when there is none, the leases that ended unclaimed (far enough back
+        that a call now is wholly after their end): on a coarse unit a lease rarely outlives
+        two clock steps, and acting on one late is the holder that slept past its TTL."""
         now = self.clock.now()
-        last = now + WALL_LONGEST_WAIT * self.ttl_unit if self.wall else None
-        return [
-            (t.id, t.lease.token, t.lease.until)
+        ending = [
+            (t.id, t.lease.token, t.lease.until, t.state)
             for t in self.model.tasks
-            if t.lease is not None
-            and t.lease.until is not None
-            and now < t.lease.until
-            and (last is None or t.lease.until <= last)
+            if t.lease is not None and t.lease.until is not None
+        ]
+        if not self.wall:
+            return [(task, token, until) for task, token, until, _ in ending if now < until]
+        last = now + self.config.longest_wait * self.ttl_unit
+        ahead = [(task, token, until) for task, token, until, _ in ending if now < until <= last]
+        if ahead:
+            return ahead
+        settled = now - (self.skew + self.tick + WALL_LANDING)
+        return [
+            (task, token, until)
+            for task, token, until, state in ending
+            if state is State.CLAIMED and until <= settled
         ]
 
     def land_at_expiry(self, token: str, until: datetime, *, early: bool) -> None:
@@ -570,6 +587,8 @@ class Session:
         else:
             target = until - self.tick if early else until
             where = "one tick before" if early else "exactly at"
+        if self.wall and target <= self.clock.now():  # it ended a while ago: act at once
+            return
         self.move_clock(max(target, self.clock.now()), f"to {where} {self.label(token)}'s until")
 
     # -- clients (SPEC 8) ----------------------------------------------------------------------

@@ -1,0 +1,87 @@
+"""A coarse TTL unit on the wall clock (a whole-second store): the schedule is scaled down so
+that an example costs seconds, not minutes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from taskboard import Task
+from taskboard._fuzz.options import FuzzOptions
+from taskboard._fuzz.targets import Target
+from taskboard.hosts.memory import MemoryBoard
+from taskboard.stateful import BoardMachine
+from taskboard.stateful._config import COARSE_STEP_COUNT, COARSE_UNIT, MachineConfig
+from taskboard.stateful._generation import OUTLIVING_TTL_TICKS
+from taskboard.stateful._session import Session
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def machine(resolution: timedelta, mode: str = "wall") -> type[BoardMachine]:
+    return BoardMachine.for_board(
+        MemoryBoard, clock_mode=mode, clock_resolution=resolution, trace_target=""
+    )
+
+
+@pytest.fixture
+def coarse_session() -> Iterator[Session]:
+    """A wall-clock session whose TTL unit is the coarse threshold (100 ms)."""
+    session = Session(machine(COARSE_UNIT)(), [Task("t1")], T0)
+    yield session
+    session.close()
+
+
+def test_only_a_long_unit_on_the_wall_clock_is_coarse() -> None:
+    """Coarse: the wall clock with a unit of 100 ms or more; the manual clock never is."""
+    coarse = MachineConfig.of(machine(timedelta(seconds=1)))
+    assert coarse.coarse
+    assert coarse.longest_wait == 2
+    assert coarse.wait_budget == timedelta(seconds=6)
+    fine = MachineConfig.of(machine(timedelta(milliseconds=1)))
+    assert not fine.coarse
+    assert fine.wait_budget is None
+    assert fine.longest_wait == 8
+    assert not MachineConfig.of(machine(timedelta(seconds=1), "manual")).coarse
+
+
+def test_short_leases_end_within_the_example_on_a_coarse_unit(coarse_session: Session) -> None:
+    """A drawn lease of 5 or 20 ticks lasts two units; 0 (no expiry) and the outliving
+    length keep their meaning."""
+    unit = coarse_session.ttl_unit
+    assert coarse_session.config.lease_ttl(1) == unit
+    assert coarse_session.config.lease_ttl(5) == 2 * unit
+    assert coarse_session.config.lease_ttl(20) == 2 * unit
+    assert coarse_session.config.lease_ttl(0) == timedelta(0)
+    assert coarse_session.config.lease_ttl(OUTLIVING_TTL_TICKS) == OUTLIVING_TTL_TICKS * unit
+
+
+def test_blind_clock_steps_stop_sleeping_once_the_wait_budget_is_spent(
+    coarse_session: Session,
+) -> None:
+    """Clock steps sleep until six units are spent; the next leaves the clock where it is and
+    says so in the trace. A jump to a lease's end is not counted."""
+    unit = coarse_session.ttl_unit
+    now = coarse_session.clock.now
+    coarse_session.move_clock(now() + 4 * unit, "", blind=True)
+    coarse_session.move_clock(now() + unit, "to a lease's end")  # aimed: not counted
+    coarse_session.move_clock(now() + 2 * unit, "", blind=True)  # exactly six units
+    before = now()
+    coarse_session.move_clock(now() + unit, "", blind=True)
+    step = coarse_session.trace[-1]
+    assert step.note == "clock stays: the example's wait budget is spent"
+    assert now() - before < unit
+    assert 5 * unit < coarse_session.waited <= 6 * unit
+
+
+def test_fuzz_gives_a_coarse_example_fewer_steps(tmp_path: Path) -> None:
+    """taskboard fuzz runs at most 25 steps an example on a coarse unit, unless the machine
+    asks for a number of its own."""
+    coarse = Target("coarse", machine(timedelta(seconds=1)))
+    fine = Target("fine", machine(timedelta(milliseconds=1)))
+    options = FuzzOptions(trace_dir=str(tmp_path))
+    assert options.settings(coarse, None).stateful_step_count == COARSE_STEP_COUNT
+    assert options.settings(fine, None).stateful_step_count > COARSE_STEP_COUNT
