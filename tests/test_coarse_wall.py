@@ -3,6 +3,7 @@ that an example costs seconds, not minutes."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -85,3 +86,46 @@ def test_fuzz_gives_a_coarse_example_fewer_steps(tmp_path: Path) -> None:
     options = FuzzOptions(trace_dir=str(tmp_path))
     assert options.settings(coarse, None).stateful_step_count == COARSE_STEP_COUNT
     assert options.settings(fine, None).stateful_step_count > COARSE_STEP_COUNT
+
+
+def wall_machine(resolution: timedelta) -> BoardMachine:
+    """A started wall-clock machine over MemoryBoard with tasks t1..t3 and no dependencies."""
+    started = machine(resolution)()
+    started.start({"t1": (), "t2": (), "t3": ()}, 0)
+    return started
+
+
+def test_at_expiry_with_no_lease_ending_claims_one_and_acts_after_its_end() -> None:
+    """On the wall clock with no lease ending soon, at_expiry claims a lease of one unit for
+    the agent, lands just after its end and acts with its token: a renew after expiry."""
+    machine = wall_machine(timedelta(milliseconds=20))
+    try:
+        machine.at_expiry(which=0, early=False, then="renew", agent="a1", ttl_ticks=1)
+        calls = [step for step in machine.session.trace if step.call is not None]
+        assert [step.call.op.value for step in calls if step.call] == ["claim", "renew"]
+        claim, renew = calls
+        lease = claim.outcome.task.lease if claim.outcome and claim.outcome.task else None
+        assert lease is not None
+        assert lease.until is not None
+        assert renew.call is not None
+        assert renew.call.token == lease.token
+        assert renew.window is not None
+        assert renew.window.earliest > lease.until
+    finally:
+        machine.teardown()
+
+
+def test_at_expiry_acts_at_once_on_a_lease_that_ended_unclaimed() -> None:
+    """On the wall clock, a lease that ended a while ago and was not taken over is acted on
+    with no clock move: the holder that slept past its TTL."""
+    machine = wall_machine(timedelta(milliseconds=20))
+    try:
+        machine.claim("t2", "a2", 1)
+        time.sleep(0.1)  # well past the lease's end (one 20 ms unit, the skew, the landing)
+        before = len(machine.session.trace)
+        machine.at_expiry(which=0, early=True, then="complete", agent="a1", ttl_ticks=1)
+        added = machine.session.trace[before:]
+        assert [step.call.op.value for step in added if step.call] == ["complete"]
+        assert all(step.call is not None for step in added)  # no clock step
+    finally:
+        machine.teardown()
