@@ -101,6 +101,15 @@ CORPUS: tuple[Entry, ...] = (
         shrink_budget="30s",
         deep=True,
     ),
+    Entry(
+        "redis-py-pipeline-lock-decoded-release",
+        "tests.realworld.redis_py_decoded:board",
+        "redis",
+        buggy="2.10.6",
+        fixed="3.0.0",
+        redis=True,
+        seed=2,
+    ),
 )
 
 
