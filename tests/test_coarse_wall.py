@@ -10,14 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from taskboard import Task
+from taskboard import SystemClock, Task
 from taskboard._fuzz.options import FuzzOptions
 from taskboard._fuzz.targets import Target
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.stateful import BoardMachine
 from taskboard.stateful._config import COARSE_STEP_COUNT, COARSE_UNIT, MachineConfig
 from taskboard.stateful._generation import OUTLIVING_TTL_TICKS
-from taskboard.stateful._session import Session
+from taskboard.stateful._session import (
+    STOP_POLL,
+    Session,
+    StopRequested,
+    sleep_until,
+    stop_when,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -129,3 +135,13 @@ def test_at_expiry_acts_at_once_on_a_lease_that_ended_unclaimed() -> None:
         assert all(step.call is not None for step in added)  # no clock step
     finally:
         machine.teardown()
+
+
+def test_a_stop_ends_a_long_wall_clock_sleep_within_a_poll() -> None:
+    """A run asked to stop (Ctrl-C, the budget) in the middle of a 5 s clock step ends it
+    within STOP_POLL, not when the sleep is over."""
+    clock = SystemClock()
+    asked = time.monotonic() + 0.1
+    with stop_when(lambda: time.monotonic() > asked), pytest.raises(StopRequested):
+        sleep_until(clock, clock.now() + timedelta(seconds=5), stoppable=True)
+    assert time.monotonic() - asked < 0.1 + STOP_POLL.total_seconds()

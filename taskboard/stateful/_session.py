@@ -52,6 +52,7 @@ from taskboard.stateful._trace import NEMESIS_HOOKS, token_ref
 from taskboard.stateful._tracefile import Trace, Verdict
 
 __all__ = [
+    "STOP_POLL",
     "WALL_LANDING",
     "ExampleStats",
     "MachineHooks",
@@ -174,9 +175,21 @@ def _check_stop() -> None:
         raise StopRequested
 
 
-def sleep_until(clock: Clock, target: datetime) -> None:
-    """Sleep until ``clock`` reads ``target`` or later."""
+#: The longest a wall-clock sleep goes without looking whether the run must stop.
+STOP_POLL = timedelta(milliseconds=50)
+
+
+def sleep_until(clock: Clock, target: datetime, *, stoppable: bool = False) -> None:
+    """Sleep until ``clock`` reads ``target`` or later; ``stoppable``: in slices of at most
+    :data:`STOP_POLL`, so that a stop (Ctrl-C, the budget) ends a long sleep at once.
+
+    Raises:
+        StopRequested: ``stoppable``, and the run was asked to stop.
+    """
     while (left := target - clock.now()) > timedelta(0):
+        if stoppable:
+            _check_stop()
+            left = min(left, STOP_POLL)
         time.sleep(left.total_seconds())
 
 
@@ -545,7 +558,7 @@ class Session:
         if isinstance(self.clock, ManualClock):
             self.clock.set(target)
         else:
-            sleep_until(self.clock, target)
+            sleep_until(self.clock, target, stoppable=True)
 
     def expiring(self) -> list[tuple[str, str, datetime]]:
         """The live leases that will expire, as (task, token, until); on the wall clock only
