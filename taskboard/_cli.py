@@ -35,6 +35,7 @@ from taskboard._fuzz import (
     parse_budget,
 )
 from taskboard._fuzz import resolve_target as _resolve_target
+from taskboard._fuzz.junit import JUnitRun, check_junit_path, remove_old_junit, write_junit_xml
 from taskboard._fuzz.targets import exec_target
 from taskboard._protocol.spares import end_spares
 from taskboard.stateful._command import EXEC_PREFIX
@@ -203,6 +204,15 @@ def _parser() -> argparse.ArgumentParser:
         "restart_storage hook), drop (drop_connections), restart,drop, or none (default: "
         "every hook the target defines; see docs/nemesis.md)",
     )
+    fuzz_cmd.add_argument(
+        "--junit-xml",
+        metavar="FILE",
+        help="also write the run's verdict as JUnit XML for CI: one test case (suite "
+        "'taskboard fuzz', class the target, name 'contract') that fails on a contract "
+        "violation, errors on an infrastructure fault and passes otherwise (Ctrl-C too); "
+        "written atomically when the run ends, not written on a usage mistake (an old file "
+        "there is removed as the command starts; see docs/cli.md)",
+    )
     fuzz_cmd.add_argument("--quiet", action="store_true", help="no live progress line")
 
     replay_cmd = commands.add_parser(
@@ -299,6 +309,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fuzz(args: argparse.Namespace) -> int:
+    if args.junit_xml is not None:
+        # Before anything else: a path that cannot be written is a usage mistake now, not
+        # after an 8-hour run, and an earlier run's file never stands for this run.
+        check_junit_path(args.junit_xml)
+        remove_old_junit(args.junit_xml)
     if args.exec_command is not None and args.target is not None:
         raise UsageError("pass a target or --exec CMD, not both")
     target = args.target or DEFAULT_TARGET
@@ -333,11 +348,26 @@ def _fuzz(args: argparse.Namespace) -> int:
             file=sys.stderr,
         ),
     )
-    print(_summary(report))
+    summary = _summary(report)
+    if report.failure is not None:
+        code = FAULT if report.fault else FOUND
+    else:
+        code = INTERRUPTED if report.interrupted else OK
+    written = None
+    if args.junit_xml is not None:  # first: a reader that goes away (exit 141) cannot stop it
+        run = JUnitRun(target, code, summary, args.budget, args.max_examples)
+        try:
+            write_junit_xml(args.junit_xml, report, run)
+        except OSError as exc:  # the verdict below still prints, and the exit code stands
+            written = f"JUnit XML NOT written to {args.junit_xml}: {exc}"
+        else:
+            written = f"JUnit XML written to {args.junit_xml}"
+    print(summary)
     if report.failure is not None:
         print("\n" + report.failure)
-        return FAULT if report.fault else FOUND
-    return INTERRUPTED if report.interrupted else OK
+    if written is not None:
+        print(f"taskboard fuzz: {written}", file=sys.stderr)
+    return code
 
 
 def _summary(report: FuzzReport) -> str:

@@ -3,7 +3,8 @@
 The command line (``taskboard fuzz``) is a thin layer over :func:`fuzz`; everything here can be
 called from Python too. The rooms: ``targets`` (what is checked), ``options`` (how, as one
 frozen value), ``run`` (one process's batches), ``workers`` (several processes and their
-messages), ``report`` and ``progress`` (what is shown), ``campaign`` (:func:`fuzz` itself).
+messages), ``report`` and ``progress`` (what is shown), ``junit`` (the JUnit XML of
+``--junit-xml``), ``campaign`` (:func:`fuzz` itself).
 """
 
 from taskboard._fuzz.campaign import fuzz

@@ -29,6 +29,8 @@ class FuzzReport:
     #: True when the failure is an infrastructure fault, not a contract violation.
     fault: bool = False
     trace_file: str | None = None
+    #: The SPEC clause of the contract violation found (``None``: none, or a fault).
+    clause: str | None = None
     #: SPEC 7: the clock the run judged time on, ``"manual"`` or ``"wall"``.
     clock_mode: str = "manual"
     #: Runs of parallel programs (threads at once, each program on fresh boards).

@@ -133,6 +133,7 @@ class Run:
                         report.trace_file = unrepeated.trace_file
                         return
                     report.failure = str(violation or caught)
+                    report.clause = None if violation is None else violation.clause
                     report.trace_file = None if violation is None else violation.trace_file
                     return
                 except Exception as exc:  # the board or its hooks broke: a failure, reported

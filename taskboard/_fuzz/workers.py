@@ -191,6 +191,7 @@ def fuzz_in_processes(
                 if done.failure and total.failure is None:
                     total.failure, total.trace_file = done.failure, done.trace_file
                     total.fault = done.fault
+                    total.clause = done.clause
                     break
             meter.show(*_sums(counts), int(total.failure is not None))
     finally:
