@@ -35,6 +35,7 @@ from taskboard._fuzz import (
     parse_budget,
 )
 from taskboard._fuzz import resolve_target as _resolve_target
+from taskboard._fuzz.fleet_view import show_campaign
 from taskboard._fuzz.junit import JUnitRun, check_junit_path, remove_old_junit, write_junit_xml
 from taskboard._fuzz.targets import exec_target
 from taskboard._protocol.spares import end_spares
@@ -213,6 +214,13 @@ def _parser() -> argparse.ArgumentParser:
         "written atomically when the run ends, not written on a usage mistake (an old file "
         "there is removed as the command starts; see docs/cli.md)",
     )
+    fuzz_cmd.add_argument(
+        "--campaign",
+        metavar="NAME",
+        help="publish this run's progress, SPEC transition coverage and finds (with their "
+        "traces) to the --database redis:// URL under NAME, as every worker of the campaign "
+        "does, on any machine; `taskboard campaign NAME` shows them (see docs/campaigns.md)",
+    )
     fuzz_cmd.add_argument("--quiet", action="store_true", help="no live progress line")
 
     replay_cmd = commands.add_parser(
@@ -242,6 +250,26 @@ def _parser() -> argparse.ArgumentParser:
         "--emit-test",
         metavar="FILE",
         help="also write a standalone pytest regression test that replays the trace",
+    )
+
+    campaign_cmd = commands.add_parser(
+        "campaign",
+        help="show a fuzzing campaign that workers publish to Redis",
+        description=(
+            "Show the merged state of the campaign NAME that `taskboard fuzz --campaign NAME "
+            "--database URL` workers publish: workers alive, totals, the rate, coverage per "
+            "SPEC transition, coverage over time and the finds. Exit 0 if nothing was found, "
+            "1 if something was, 2 on a usage mistake (no such campaign, no server)."
+        ),
+    )
+    campaign_cmd.add_argument("name", help="the campaign's name")
+    campaign_cmd.add_argument(
+        "--database", required=True, metavar="URL", help="the campaign's redis:// URL"
+    )
+    campaign_cmd.add_argument(
+        "--traces",
+        metavar="DIR",
+        help="also write each find's trace file into DIR, for `taskboard replay`",
     )
 
     check_cmd = commands.add_parser(
@@ -290,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fuzz(args)
         if args.command == "replay":
             return _replay(args)
+        if args.command == "campaign":
+            return show_campaign(args.name, args.database, args.traces)
         return _check(args)
     except (UsageError, TraceFileError) as exc:
         print(f"taskboard {args.command}: error: {exc}", file=sys.stderr)
@@ -337,6 +367,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         clock_skew=args.clock_skew,
         shortest_lease=args.shortest_lease,
         nemesis=args.nemesis,
+        campaign=args.campaign,
     )
     report = fuzz(
         target,

@@ -15,6 +15,7 @@ from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from taskboard._clock import CLOCK_MODES
+from taskboard._fuzz.fleet import check_campaign, redis_client
 from taskboard._fuzz.targets import Target, UsageError
 from taskboard._profiles import NIGHTLY
 from taskboard.stateful._config import COARSE_STEP_COUNT, MachineConfig
@@ -75,6 +76,8 @@ class FuzzOptions:
     #: SPEC 9: ``"restart,drop"``, ``"restart"``, ``"drop"`` or ``"none"``; ``None``: every
     #: hook the target defines.
     nemesis: str | None = None
+    #: The campaign this run's workers publish to, in the ``redis://`` ``database``.
+    campaign: str | None = None
 
     def checked(self, target: Target) -> FuzzOptions:
         """These options, checked against ``target``'s machine.
@@ -122,6 +125,8 @@ class FuzzOptions:
             )
         if self.nemesis is not None:
             parse_nemesis(self.nemesis, target.machine, target.name)
+        if self.campaign is not None:
+            check_campaign(self.campaign, self.database)
         check_writable_directory(self.trace_dir, "--trace-dir")
         return self
 
@@ -227,19 +232,9 @@ def open_database(spec: str | None) -> ExampleDatabase | None:
     if spec is None:
         return settings().database
     if spec.startswith(("redis://", "rediss://", "unix://")):
-        try:
-            import redis
-            from hypothesis.extra.redis import RedisExampleDatabase
-        except ImportError:
-            raise UsageError(
-                "a redis:// database needs the redis client: "
-                "pip install 'taskboard-contract[redis]'"
-            ) from None
-        client = redis.Redis.from_url(spec, socket_connect_timeout=3, socket_timeout=5)
-        try:
-            client.ping()
-        except redis.RedisError as exc:
-            raise UsageError(f"cannot reach the redis database at {spec}: {exc}") from None
+        client = redis_client(spec, "the redis database")
+        from hypothesis.extra.redis import RedisExampleDatabase
+
         return RedisExampleDatabase(client, key_prefix=b"taskboard-fuzz")
     check_writable_directory(spec, "--database")
     return DirectoryBasedExampleDatabase(spec)

@@ -14,6 +14,7 @@ from hypothesis.database import ExampleDatabase
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
+from taskboard._fuzz.fleet import Publisher
 from taskboard._fuzz.options import FuzzOptions
 from taskboard._fuzz.report import FuzzReport
 from taskboard._fuzz.targets import Target
@@ -74,10 +75,12 @@ class Run:
         The deadline and ``stop`` are checked before every call and clock move, so a run
         stops on time even on a board whose examples take minutes."""
         base = self.options.settings(self.target, self.database)
-        mode = self.options.mode
 
         found = False
         found_at = 0.0
+        publisher = None
+        if self.options.campaign is not None and self.options.database is not None:
+            publisher = Publisher(self.options.database, self.options.campaign, self.target.name)
 
         def done() -> bool:
             # Once a failure is found, only Ctrl-C stops the run: Hypothesis shrinks it first.
@@ -97,9 +100,31 @@ class Run:
             else:
                 report.count(example)
                 found_at = time.monotonic()
+                if publisher is not None:
+                    publisher.heard(example)
             found = found or example.failed
             tick()
 
+        try:
+            self._batches(report, base, done, counted, stop)
+        finally:
+            if publisher is not None:  # a find is published before the worker exits
+                publisher.finish(
+                    report.failure,
+                    fault=report.fault,
+                    clause=report.clause,
+                    trace_file=report.trace_file,
+                )
+
+    def _batches(
+        self,
+        report: FuzzReport,
+        base: settings,
+        done: Callable[[], bool],
+        counted: Callable[[ExampleStats], None],
+        stop: Any,
+    ) -> None:
+        mode = self.options.mode
         batch_index = 0
         with (
             on_example_end(counted),
