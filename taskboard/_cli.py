@@ -271,6 +271,18 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="also write each find's trace file into DIR, for `taskboard replay`",
     )
+    campaign_cmd.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the view as a static HTML page with a plot of coverage and finds "
+        "over time",
+    )
+    campaign_cmd.add_argument(
+        "--watch",
+        type=float,
+        metavar="SECONDS",
+        help="show the view again every SECONDS (and rewrite --html) until Ctrl-C",
+    )
 
     check_cmd = commands.add_parser(
         "check",
@@ -319,7 +331,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "replay":
             return _replay(args)
         if args.command == "campaign":
-            return show_campaign(args.name, args.database, args.traces)
+            return show_campaign(
+                args.name, args.database, traces=args.traces, html=args.html, watch=args.watch
+            )
         return _check(args)
     except (UsageError, TraceFileError) as exc:
         print(f"taskboard {args.command}: error: {exc}", file=sys.stderr)

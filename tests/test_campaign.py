@@ -3,8 +3,10 @@ workers publish progress, coverage and finds to one Redis, and one view merges t
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -14,8 +16,10 @@ import pytest
 import redis
 
 from taskboard._fuzz import fleet
-from taskboard._fuzz.fleet import Publisher, read_campaign
+from taskboard._fuzz.fleet import CampaignView, Find, Publisher, read_campaign
+from taskboard._fuzz.fleet_html import campaign_html
 from taskboard.stateful._session import ExampleStats
+from tests.test_timeline import chromium
 
 MEMORY = "taskboard.hosts.memory:MemoryBoard"
 #: Caught within a few examples: renew accepts any token (SPEC 3.5).
@@ -163,3 +167,87 @@ def test_a_campaign_is_bounded_and_expires(
     view = read_campaign(redis_server_url, campaign)
     assert view.totals["examples"] == 300
     assert view.coverage == {"open | claim | ok": 300}
+
+
+def a_view() -> CampaignView:
+    """A campaign view of two workers, three timeline points and a find whose report holds
+    markup, as read_campaign would return it."""
+    return CampaignView(
+        name="nightly",
+        totals={"examples": 120, "steps": 9000, "finds": 1},
+        coverage={"open | claim | ok": 40, "claimed, live | claim | TakenError": 7},
+        workers={
+            "a:1": {"target": MEMORY, "started": 1_800_000_000.0},
+            "b:2": {"target": MUTANT, "started": 1_800_000_001.0},
+        },
+        alive=frozenset({"a:1"}),
+        timeline=(
+            (1_800_000_000.0, 0, 0, 0, 0),
+            (1_800_000_010.0, 60, 4000, 30, 0),
+            (1_800_000_020.0, 120, 9000, 41, 1),
+        ),
+        finds=(Find("violation", 1_800_000_020.0, "b:2", "SPEC 3.5", "<script>x</script>", "{}"),),
+    )
+
+
+def test_the_html_page_has_the_plot_tables_and_escaped_reports() -> None:
+    """The page holds the plot (a line of coverage and one of finds, a point per timeline
+    entry), the workers, the coverage and the finds, with the board's text escaped."""
+    page = campaign_html(a_view(), "redis://h/0")
+    assert page.count("<polyline") == 2
+    assert page.count(",") >= 6  # three x,y points per line
+    assert '<td class="alive">alive</td>' in page
+    assert '<td class="gone">gone</td>' in page
+    assert "open | claim | ok" in page
+    assert "<script>" not in page
+    assert "&lt;script&gt;x&lt;/script&gt;" in page
+
+
+@pytest.mark.browser
+def test_chromium_renders_the_campaign_page(tmp_path: Path) -> None:
+    """Headless Chromium parses the page: its title, the plot's two lines, a row per worker
+    and per transition, and the find's report as text."""
+    page = tmp_path / "campaign.html"
+    page.write_text(campaign_html(a_view(), "redis://h/0"), encoding="utf-8")
+    done = chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert done.returncode == 0, done.stderr
+    dom = done.stdout
+    assert "<title>taskboard campaign nightly</title>" in dom
+    assert dom.count("<polyline") == 2
+    assert dom.count("<tr>") == 1 + 2 + 1 + 2  # headers and rows of both tables
+    assert "&lt;script&gt;x&lt;/script&gt;" in dom
+    shot = tmp_path / "campaign.png"
+    drawn = chromium(tmp_path, "--window-size=1000,800", f"--screenshot={shot}", page.as_uri())
+    assert drawn.returncode == 0, drawn.stderr
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_watch_shows_the_view_again_until_ctrl_c(
+    tmp_path: Path, redis_server_url: str, campaign: str
+) -> None:
+    """--watch prints the view every SECONDS and rewrites --html; Ctrl-C ends it with the
+    campaign's exit code (0: nothing found)."""
+    worker = taskboard(
+        tmp_path, "fuzz", MEMORY, "--max-examples", "5", "--seed", "1", "--quiet",
+        "--campaign", campaign, "--database", redis_server_url,
+    )  # fmt: skip
+    assert finished(worker)[0] == 0
+    watching = taskboard(
+        tmp_path, "campaign", campaign, "--database", redis_server_url, "--watch", "0.2",
+        "--html", "page.html",
+    )  # fmt: skip
+    time.sleep(3)
+    watching.send_signal(signal.SIGINT)
+    code, out = finished(watching)
+    assert code == 0, out
+    assert out.count(f"campaign {campaign} at") >= 2
+    assert (tmp_path / "page.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert not list(tmp_path.glob(".page.html.*"))  # no temporary file left behind
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1"])
+def test_watch_needs_a_positive_interval(seconds: str, redis_server_url: str) -> None:
+    """--watch 0 or a negative interval: exit 2 before anything is read."""
+    shown = show("any-name", redis_server_url, "--watch", seconds)
+    assert shown.returncode == 2
+    assert "--watch must be a positive number of seconds" in shown.stderr

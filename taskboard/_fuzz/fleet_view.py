@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from taskboard._fuzz.fleet import CampaignView, read_campaign
-from taskboard._fuzz.options import check_writable_directory
+from taskboard._fuzz.fleet_html import campaign_html
+from taskboard._fuzz.options import check_writable_directory, check_writable_file
+from taskboard._fuzz.targets import UsageError
 
 __all__ = ["render_campaign", "show_campaign", "write_traces"]
 
@@ -16,19 +20,51 @@ __all__ = ["render_campaign", "show_campaign", "write_traces"]
 TIMELINE_POINTS = 8
 
 
-def show_campaign(name: str, url: str, traces: str | None) -> int:
-    """Print campaign ``name`` (and write its finds' traces into ``traces``); the exit code:
-    0 when nothing was found, 1 when something was.
+def show_campaign(
+    name: str,
+    url: str,
+    *,
+    traces: str | None = None,
+    html: str | None = None,
+    watch: float | None = None,
+) -> int:
+    """Print campaign ``name``, write its finds' traces into ``traces`` and the page into
+    ``html``; with ``watch``, again every ``watch`` seconds until Ctrl-C. The exit code: 0
+    when nothing was found, 1 when something was.
 
     Raises:
-        UsageError: as :func:`read_campaign`, or ``traces`` cannot be written.
+        UsageError: as :func:`read_campaign`, ``traces`` or ``html`` cannot be written, or
+            ``watch`` is not a positive number of seconds.
     """
     if traces is not None:
         check_writable_directory(traces, "--traces")
-    view = read_campaign(url, name)
-    written = write_traces(view, Path(traces)) if traces is not None else []
-    print(render_campaign(view, url, written))
-    return 1 if view.finds else 0
+    if html is not None:
+        check_writable_file(html, "--html")
+    if watch is not None and not 0 < watch < 86_400:
+        raise UsageError(f"--watch must be a positive number of seconds, got {watch:g}")
+    while True:
+        view = read_campaign(url, name)
+        written = write_traces(view, Path(traces)) if traces is not None else []
+        if html is not None:
+            _write_atomically(Path(html), campaign_html(view, url))
+        text = render_campaign(view, url, written)
+        if watch is None:
+            print(text)
+            return 1 if view.finds else 0
+        print(("\033[H\033[2J" if sys.stdout.isatty() else "") + text, flush=True)
+        try:
+            time.sleep(watch)
+        except KeyboardInterrupt:  # the way a watch ends
+            return 1 if view.finds else 0
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file beside it, so that a reader (a
+    browser reloading the page) never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
 
 
 def write_traces(view: CampaignView, directory: Path) -> list[Path]:
