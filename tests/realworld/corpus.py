@@ -52,7 +52,8 @@ class Entry:
     dist: str
     buggy: str
     fixed: str
-    #: Other distributions pinned next to it (``redis==3.5.3`` for python-redis-lock).
+    #: Other distributions pinned next to it (``redis==3.5.3`` for python-redis-lock, Django
+    #: and its two dependencies for django-db-mutex).
     pins: tuple[str, ...] = ()
     #: Whether the target needs ``TASKBOARD_REDIS_URL``.
     redis: bool = False
@@ -108,6 +109,15 @@ CORPUS: tuple[Entry, ...] = (
         buggy="2.10.6",
         fixed="3.0.0",
         redis=True,
+        seed=2,
+    ),
+    Entry(
+        "django-db-mutex-naive-utcnow",
+        "tests.realworld.django_db_mutex:board",
+        "django-db-mutex",
+        buggy="0.2.2",
+        fixed="0.2.3",
+        pins=("django==4.2.17", "asgiref==3.8.1", "sqlparse==0.5.3"),
         seed=2,
     ),
 )
