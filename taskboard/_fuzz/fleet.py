@@ -155,9 +155,10 @@ class Publisher:
         # loses one point of the timeline, never a count.
         entry = {k.decode(): v.decode() for k, v in (totals or {}).items()}
         entry.update(at=f"{time.time():.3f}", covered=str(covered or 0), worker=self.worker)
-        self._client.xadd(
-            self._prefix + "timeline", entry, maxlen=TIMELINE_LENGTH, approximate=True
-        )
+        pipe = self._client.pipeline(transaction=True)
+        pipe.xadd(self._prefix + "timeline", entry, maxlen=TIMELINE_LENGTH, approximate=True)
+        pipe.expire(self._prefix + "timeline", KEEP_SECONDS)  # also on its first point
+        pipe.execute()
 
     def finish(
         self, failure: str | None, *, fault: bool, clause: str | None, trace_file: str | None
