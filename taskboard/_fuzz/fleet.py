@@ -27,6 +27,7 @@ import socket
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ __all__ = [
     "check_campaign",
     "read_campaign",
     "redis_client",
+    "when",
 ]
 
 #: Seconds between two publishes of one worker's counts.
@@ -59,6 +61,11 @@ FINDS_LENGTH = 200
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def when(at: float) -> str:
+    """A Unix time as the campaign's views show it (UTC, to the second)."""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def check_campaign(name: str, database: str | None) -> None:

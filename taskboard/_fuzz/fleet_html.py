@@ -3,19 +3,14 @@ an inline SVG plot of coverage and finds over time (no script, no network)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from html import escape
 
-from taskboard._fuzz.fleet import CampaignView
+from taskboard._fuzz.fleet import CampaignView, when
 
 __all__ = ["campaign_html"]
 
 #: The plot's size and margins, in pixels.
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 900, 260, 60, 60, 20, 40
-
-
-def _when(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _plot(view: CampaignView) -> str:
@@ -49,8 +44,8 @@ def _plot(view: CampaignView) -> str:
 <text class="tick" x="{LEFT - 6}" y="{bottom}" text-anchor="end">0</text>
 <text class="tick" x="{right + 6}" y="{TOP + 4}">{most_finds}</text>
 <text class="tick" x="{right + 6}" y="{bottom}">0</text>
-<text class="tick" x="{LEFT}" y="{bottom + 18}">{escape(_when(start))}</text>
-<text class="tick" x="{right}" y="{bottom + 18}" text-anchor="end">{escape(_when(end))}</text>
+<text class="tick" x="{LEFT}" y="{bottom + 18}">{escape(when(start))}</text>
+<text class="tick" x="{right}" y="{bottom + 18}" text-anchor="end">{escape(when(end))}</text>
 <text class="legend covered-text" x="{LEFT + 8}" y="{TOP + 14}">transitions covered (left)</text>
 <text class="legend finds-text" x="{right - 8}" y="{TOP + 14}"
  text-anchor="end">finds (right)</text>
@@ -72,7 +67,7 @@ def campaign_html(view: CampaignView, url: str) -> str:
     workers = "".join(
         f'<tr><td>{escape(worker)}</td><td class="{state}">{state}</td>'
         f"<td>{escape(str(about.get('target', '?')))}</td>"
-        f"<td>{escape(_when(float(about.get('started', 0))))}</td></tr>"
+        f"<td>{escape(when(float(about.get('started', 0))))}</td></tr>"
         for worker, about in sorted(view.workers.items())
         for state in ["alive" if worker in view.alive else "gone"]
     )
@@ -82,7 +77,7 @@ def campaign_html(view: CampaignView, url: str) -> str:
     )
     finds = "".join(
         f"<li><b>{escape(find.kind)}</b> {escape(find.clause)} on {escape(find.worker)}, "
-        f"{escape(_when(find.at))}<pre>{escape(find.report)}</pre>"
+        f"{escape(when(find.at))}<pre>{escape(find.report)}</pre>"
         f"<details><summary>trace file</summary><pre>{escape(find.trace)}</pre></details></li>"
         for find in view.finds
     )

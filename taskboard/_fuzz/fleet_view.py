@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
-from taskboard._fuzz.fleet import CampaignView, read_campaign
+from taskboard._fuzz.fleet import CampaignView, read_campaign, when
 from taskboard._fuzz.fleet_html import campaign_html
-from taskboard._fuzz.options import check_writable_directory, check_writable_file
+from taskboard._fuzz.options import (
+    check_writable_directory,
+    check_writable_file,
+    write_atomically,
+)
 from taskboard._fuzz.targets import UsageError
 
 __all__ = ["render_campaign", "show_campaign", "write_traces"]
@@ -46,7 +48,7 @@ def show_campaign(
         view = read_campaign(url, name)
         written = write_traces(view, Path(traces)) if traces is not None else []
         if html is not None:
-            _write_atomically(Path(html), campaign_html(view, url))
+            write_atomically(Path(html), campaign_html(view, url).encode())
         text = render_campaign(view, url, written)
         if watch is None:
             print(text)
@@ -56,15 +58,6 @@ def show_campaign(
             time.sleep(watch)
         except KeyboardInterrupt:  # the way a watch ends
             return 1 if view.finds else 0
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """``text`` into ``path`` through a temporary file beside it, so that a reader (a
-    browser reloading the page) never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
 
 
 def write_traces(view: CampaignView, directory: Path) -> list[Path]:
@@ -79,10 +72,6 @@ def write_traces(view: CampaignView, directory: Path) -> list[Path]:
         path.write_text(find.trace, encoding="utf-8")
         written.append(path)
     return written
-
-
-def _when(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def render_campaign(view: CampaignView, url: str, traces: list[Path]) -> str:
@@ -102,21 +91,19 @@ def render_campaign(view: CampaignView, url: str, traces: list[Path]) -> str:
     for worker, about in sorted(view.workers.items()):
         state = "alive" if worker in view.alive else "gone"
         started = float(about.get("started", now))
-        lines.append(
-            f"  {worker:<30} {state:<6} {about.get('target', '?')}, since {_when(started)}"
-        )
+        lines.append(f"  {worker:<30} {state:<6} {about.get('target', '?')}, since {when(started)}")
     lines += ["", f"coverage: {len(view.coverage)} transition(s) (task state | op -> outcome)"]
     for transition, count in sorted(view.coverage.items()):
         lines.append(f"  {transition:<60} {count:>10,}")
     lines += ["", "coverage over time (examples, transitions covered, finds):"]
     step = max(1, len(view.timeline) // TIMELINE_POINTS)
     for at, examples, _steps, covered, finds in view.timeline[::step][-TIMELINE_POINTS:]:
-        lines.append(f"  {_when(at)}  {examples:>10,}  {covered:>4}  {finds:>3}")
+        lines.append(f"  {when(at)}  {examples:>10,}  {covered:>4}  {finds:>3}")
     lines += ["", f"finds: {len(view.finds)}"]
     for index, find in enumerate(view.finds, 1):
         clause = f" ({find.clause})" if find.clause else ""
         first = find.report.strip().splitlines()[0] if find.report.strip() else find.kind
-        lines.append(f"  {index}. {_when(find.at)} {find.kind}{clause} on {find.worker}: {first}")
+        lines.append(f"  {index}. {when(find.at)} {find.kind}{clause} on {find.worker}: {first}")
     for path in traces:
         lines.append(f"  trace written to {path}; replay it with: taskboard replay {path}")
     return "\n".join(lines)

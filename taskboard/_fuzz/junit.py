@@ -9,16 +9,15 @@ is written atomically: a temporary file in the same directory, then :func:`os.re
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import secrets
 import socket
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from taskboard._fuzz.options import write_atomically
 from taskboard._fuzz.report import FuzzReport
 from taskboard._fuzz.targets import UsageError
 
@@ -141,20 +140,7 @@ def write_junit_xml(path: str, report: FuzzReport, run: JUnitRun) -> None:
     Raises:
         OSError: the file could not be written (the path was checked before the run).
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        # os.open, not tempfile: the file gets the umask's permissions, as any output does.
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(descriptor, "wb") as stream:
-            stream.write(junit_xml(report, run))
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
+    write_atomically(Path(path), junit_xml(report, run))
 
 
 def _verdict(report: FuzzReport) -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import re
+import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -32,6 +34,7 @@ __all__ = [
     "open_database",
     "parse_budget",
     "parse_nemesis",
+    "write_atomically",
 ]
 
 #: How ``fuzz`` mixes sequential and parallel programs.
@@ -273,6 +276,29 @@ def check_writable_file(path: str, option: str) -> None:
             raise UsageError(f"{option} {path!r}: cannot write there")
         return
     check_writable_directory(os.path.dirname(path) or ".", option)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file beside it, then :func:`os.replace`:
+    a reader (a CI job, a browser reloading) sees the old file or the new one, never half
+    of one. Missing directories on the path are created.
+
+    Raises:
+        OSError: the file could not be written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        # os.open, not tempfile: the file gets the umask's permissions, as any output does.
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(descriptor, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
 
 
 def parse_nemesis(text: str, machine: type[BoardMachine], target: str) -> tuple[str, ...]:
