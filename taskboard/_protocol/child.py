@@ -14,7 +14,7 @@ import selectors
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -152,16 +152,12 @@ class Child:
                 ``set_time`` was answered with.
         """
         with self._lock:
-            if self._broken is not None:
-                raise ProtocolError(op, f"the board process broke earlier: {self._broken.reason}")
-            try:
+            self._refuse_if_broken(op)
+            with self._fault_ends_it():
                 answer = self._answer_ahead(op, arguments)
                 if answer is None:
                     request_id = self._send(op, arguments, then=then)
                     answer = self._answer(request_id, op)
-            except ProtocolError as fault:
-                self._break(fault)
-                raise fault.with_stderr(self.stderr_tail) from None
         if not answer["ok"]:
             raise error_of(answer, op)
         return answer
@@ -174,13 +170,9 @@ class Child:
             ProtocolError: the process broke earlier, or stopped reading its stdin.
         """
         with self._lock:
-            if self._broken is not None:
-                raise ProtocolError(op, f"the board process broke earlier: {self._broken.reason}")
-            try:
+            self._refuse_if_broken(op)
+            with self._fault_ends_it():
                 self._send(op, arguments, told=True)
-            except ProtocolError as fault:
-                self._break(fault)
-                raise fault.with_stderr(self.stderr_tail) from None
 
     def settle(self) -> None:
         """Read every answer still ahead, so that none is taken for a later request: another
@@ -190,13 +182,23 @@ class Child:
             ProtocolError: as ``request``; Exception: a told request's error.
         """
         with self._lock:
-            if self._broken is not None:
-                return
-            try:
-                self._answer_ahead(None, {})
-            except ProtocolError as fault:
-                self._break(fault)
-                raise fault.with_stderr(self.stderr_tail) from None
+            if self._broken is None:
+                with self._fault_ends_it():
+                    self._answer_ahead(None, {})
+
+    def _refuse_if_broken(self, op: str) -> None:
+        if self._broken is not None:
+            raise ProtocolError(op, f"the board process broke earlier: {self._broken.reason}")
+
+    @contextlib.contextmanager
+    def _fault_ends_it(self) -> Iterator[None]:
+        """A fault inside ends the process (its answers can no longer be matched to
+        requests) and is raised with the child's last lines of stderr."""
+        try:
+            yield
+        except ProtocolError as fault:
+            self._break(fault)
+            raise fault.with_stderr(self.stderr_tail) from None
 
     def _send(
         self, op: str, arguments: dict[str, Any], *, then: str | None = None, told: bool = False

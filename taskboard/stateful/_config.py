@@ -19,6 +19,7 @@ __all__ = [
     "COARSE_STEP_COUNT",
     "COARSE_UNIT",
     "SNAPSHOT_ATTEMPTS",
+    "WALL_LANDING",
     "WALL_LATENCY_ROOM",
     "WALL_LONGEST_WAIT",
     "MachineConfig",
@@ -60,6 +61,9 @@ def wall_ttl_unit(resolution: timedelta, skew: timedelta) -> timedelta:
 #: On the wall clock, ``at_expiry`` waits for leases that end within this many TTL units; a
 #: longer lease outlives the example, as a lease of 10,000 ticks does on a manual clock.
 WALL_LONGEST_WAIT = 8
+#: On the wall clock, how far past a lease's ``until`` (beyond the skew and the resolution)
+#: ``at_expiry`` lands, so that the call's window lies wholly after it.
+WALL_LANDING = timedelta(microseconds=200)
 #: A TTL unit at least this long is coarse (a store that keeps whole seconds, a long shortest
 #: lease): every unit the schedule waits is then a real wait, so it waits fewer.
 COARSE_UNIT = timedelta(milliseconds=100)
@@ -129,6 +133,12 @@ class MachineConfig:
         unit = wall_ttl_unit(self.resolution, self.skew) if self.wall else self.resolution
         shortest = -(-self.shortest_lease // self.resolution) * self.resolution
         return max(unit, shortest)
+
+    @property
+    def past_until(self) -> timedelta:
+        """On the wall clock, how far past a lease's ``until`` a call's window lies wholly
+        after it: the skew, one resolution and :data:`WALL_LANDING`."""
+        return self.skew + self.resolution + WALL_LANDING
 
     @property
     def coarse(self) -> bool:

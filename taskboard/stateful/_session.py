@@ -53,7 +53,6 @@ from taskboard.stateful._tracefile import Trace, Verdict
 
 __all__ = [
     "STOP_POLL",
-    "WALL_LANDING",
     "ExampleStats",
     "MachineHooks",
     "Session",
@@ -63,10 +62,6 @@ __all__ = [
     "sleep_until",
     "stop_when",
 ]
-
-#: On the wall clock, how far past a lease's ``until`` (beyond the skew and the resolution)
-#: ``at_expiry`` lands, so that the call's window lies wholly after it.
-WALL_LANDING = timedelta(microseconds=200)
 
 
 class MachineHooks(Protocol):
@@ -578,7 +573,7 @@ class Session:
         ahead = [(task, token, until) for task, token, until, _ in ending if now < until <= last]
         if ahead:
             return ahead
-        settled = now - (self.skew + self.tick + WALL_LANDING)
+        settled = now - self.config.past_until
         return [
             (task, token, until)
             for task, token, until, state in ending
@@ -591,8 +586,8 @@ class Session:
         (before) the calls' latency, so the next call's window is on one side of it."""
         if self.wall:
             latency = max(self.latencies, default=timedelta(milliseconds=1))
-            before = self.skew + self.tick + 2 * latency + WALL_LANDING
-            after = self.skew + self.tick + WALL_LANDING
+            after = self.config.past_until
+            before = after + 2 * latency
             target = until - before if early else until + after
             where = (
                 f"{format_duration(before)} before" if early else f"{format_duration(after)} after"
