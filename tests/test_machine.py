@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import ClassVar
 
 import pytest
@@ -14,6 +13,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard import Board, ClaimRequest, Clock, Task
 from taskboard.hosts.memory import MemoryBoard
+from taskboard.hosts.mutants import _HookedBoard
 from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.stateful import BoardMachine, ContractViolation
 from taskboard.stateful._generation import LeaseRef
@@ -127,24 +127,13 @@ def test_close_board_runs_once_per_board() -> None:
     assert [id(b) for b in closed] == [id(b) for b in made]
 
 
-class WholeSecondsBoard(MemoryBoard):
-    """A correct host that keeps time in whole seconds, as many SQLite hosts do."""
+class WholeSecondsBoard(_HookedBoard):
+    """A correct host that keeps time in whole seconds, as many SQLite hosts do: the
+    ``until`` it keeps, judges by and reports is truncated to the second."""
 
-    def list_tasks(self) -> list[Task]:
-        return [_truncate(t) for t in super().list_tasks()]
-
-    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
-        return _truncate(super().claim(task_id, agent, request))
-
-    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
-        return _truncate(super().renew(task_id, token, request))
-
-
-def _truncate(task: Task) -> Task:
-    if task.lease is None or task.lease.until is None:
-        return task
-    until = task.lease.until.replace(microsecond=0)
-    return dataclasses.replace(task, lease=dataclasses.replace(task.lease, until=until))
+    def _until(self, now: datetime, ttl: timedelta) -> datetime | None:
+        until = super()._until(now, ttl)
+        return until.replace(microsecond=0) if until is not None else None
 
 
 class WholeSecondsMachine(MemoryMachine):

@@ -212,6 +212,21 @@ def test_liveness_is_judged_at_the_exact_now_plus_ttl() -> None:
     assert errors(model.expect(Call(Op.CLAIM, "t", agent="a2"), START + TTL - MS)) == ["TakenError"]
 
 
+@pytest.mark.parametrize("rounded", [timedelta(0), MS], ids=["down", "up"])
+def test_a_ttl_below_the_resolution_ends_where_the_board_rounded_it(rounded: timedelta) -> None:
+    """SPEC 2: a ttl the store cannot keep exactly (half its resolution) ends at the until the
+    board rounded it to, down or up, not at the exact now + ttl."""
+    model = fresh(resolution=MS)
+    half = MS / 2
+    got = claimed_task(model, "t", "a1", START, token="k", fence=1, ttl=half)
+    got = dataclasses.replace(got, lease=Lease("k", 1, START + rounded))
+    model = model.advance(Call(Op.CLAIM, "t", agent="a1", ttl=half), START, Outcome.returned(got))
+    takeover = Call(Op.CLAIM, "t", agent="a2")
+    assert errors(model.expect(takeover, START + rounded)) == [None]
+    if rounded:
+        assert errors(model.expect(takeover, START + half)) == ["TakenError"]
+
+
 # -- SPEC 3: a rejected operation changes nothing ----------------------------------------------
 
 

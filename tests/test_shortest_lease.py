@@ -16,8 +16,10 @@ from taskboard.hosts.memory import MemoryBoard
 from taskboard.model import ContractViolation
 from taskboard.stateful import BoardMachine
 from taskboard.stateful._config import MachineConfig, wall_ttl_unit
+from taskboard.stateful._generation import BELOW_RESOLUTION
 
 MS = timedelta(milliseconds=1)
+US = timedelta(microseconds=1)
 QUICK = settings(max_examples=60, database=None, derandomize=True, deadline=None)
 
 
@@ -45,6 +47,17 @@ def test_the_ttl_unit_is_no_shorter_than_the_shortest_lease() -> None:
     wall = BoardMachine.for_board(MemoryBoard, clock_mode="wall", shortest_lease=MS)
     assert MachineConfig.of(wall).ttl_unit == wall_ttl_unit(MS, MS)  # the longer one wins
     assert MachineConfig.of(BoardMachine.for_board(MemoryBoard)).ttl_unit == MS
+
+
+def test_a_ttl_below_the_resolution_is_half_of_it_unless_the_store_refuses_it() -> None:
+    """The drawn TTL below the resolution is half of it (one microsecond at a microsecond's
+    resolution), and one TTL unit where shortest_lease says the store cannot honour it."""
+    second = MachineConfig.of(BoardMachine.for_board(MemoryBoard, clock_resolution=1000 * MS))
+    assert second.lease_ttl(BELOW_RESOLUTION) == 500 * MS
+    micro = MachineConfig.of(BoardMachine.for_board(MemoryBoard, clock_resolution=US))
+    assert micro.lease_ttl(BELOW_RESOLUTION) == US
+    drifting = MachineConfig.of(BoardMachine.for_board(MemoryBoard, shortest_lease=10 * MS))
+    assert drifting.lease_ttl(BELOW_RESOLUTION) == drifting.ttl_unit == 10 * MS
 
 
 @pytest.mark.parametrize("bad", [timedelta(-1), 10, "10ms"])

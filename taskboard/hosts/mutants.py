@@ -55,6 +55,7 @@ __all__ = [
     "RenewZeroTtlKeepsUntil",
     "SeqNotBumpedOnRenew",
     "StaleListCache",
+    "SubResolutionTtlNeverExpires",
     "TakeoverKeepsFence",
     "TruncatedTokenCompare",
     "WallClock",
@@ -435,6 +436,24 @@ class ZeroTtlExpiresNow(_HookedBoard):
         return now + ttl
 
 
+class SubResolutionTtlNeverExpires(_HookedBoard):
+    """Bug: a TTL is kept in whole milliseconds by truncation, and 0 of them means "never".
+
+    Breaks SPEC 2 (``ttl > 0`` gives ``until = now + ttl``, within one ``clock_resolution``).
+    Mirrors ``expire=int(ttl)`` on a store where an expiry of 0 means "no expiry"
+    (memcached's, and a ``SET`` that leaves out ``EX`` when its argument is falsy): a lease
+    shorter than the store's unit is immortal, so when its holder dies nobody takes the
+    task over. The machine reaches it by drawing a TTL of half the resolution.
+    """
+
+    concurrent: ClassVar[bool] = False
+    clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
+
+    def _until(self, now: datetime, ttl: timedelta) -> datetime | None:
+        whole = ttl // self.clock_resolution * self.clock_resolution
+        return _memory_until(now, whole)
+
+
 # -- claim rules -----------------------------------------------------------------------------------
 
 
@@ -585,6 +604,7 @@ MUTANTS: tuple[type[MemoryBoard], ...] = (
     RejectedClaimStillWrites,
     ReleaseLeavesOwner,
     ZeroTtlExpiresNow,
+    SubResolutionTtlNeverExpires,
     FirstDepOnly,
     FailedDepCountsAsDone,
     TruncatedTokenCompare,

@@ -106,7 +106,9 @@ class BoardModel:
 
     Immutable: :meth:`advance` and :meth:`reconcile` return a new model, so a
     checker can branch on it. ``resolution`` is the host's clock resolution: an
-    ``until`` that differs from the exact ``now + ttl`` by less than it is accepted.
+    ``until`` that differs from the exact ``now + ttl`` by less than it is accepted, and
+    where the ttl is not a whole number of resolutions, the board's ``until`` is when the
+    lease ends.
 
     Time: each call is judged at an instant (a manual clock) or on a :class:`Window`
     (the wall clock, SPEC 7). On a window, an outcome is allowed iff some instant of the

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from taskboard._clock import CLOCK_MODES, ClockMode
 from taskboard.model import ExpiredLeasePolicy
 from taskboard.model._model import EXPIRED_LEASE_POLICIES
-from taskboard.stateful._generation import OUTLIVING_TTL_TICKS
+from taskboard.stateful._generation import BELOW_RESOLUTION, OUTLIVING_TTL_TICKS
 from taskboard.stateful._trace import NEMESIS_HOOKS
 from taskboard.stateful._tracefile import TRACE_DIR_ENV
 
@@ -31,6 +31,7 @@ __all__ = [
 #: On the wall clock, room for a call's own latency in a TTL unit, beyond twice the skew: a
 #: lease of one unit is still live, for certain, for the call right after its claim.
 WALL_LATENCY_ROOM = timedelta(milliseconds=3)
+_MICROSECOND = timedelta(microseconds=1)
 #: How often tolerant mode reads a snapshot that an infrastructure fault interrupts.
 SNAPSHOT_ATTEMPTS = 5
 
@@ -166,7 +167,12 @@ class MachineConfig:
     def lease_ttl(self, ticks: int) -> timedelta:
         """The TTL of a lease of ``ticks`` drawn ticks; on a coarse unit a short lease (0 and
         the longest aside) lasts at most :attr:`longest_wait` units, so that it ends within
-        the example's wait budget."""
+        the example's wait budget. :data:`BELOW_RESOLUTION` is half the resolution (one
+        resolution of a microsecond), or one tick where the store declares a shortest lease
+        longer than that."""
+        if ticks == BELOW_RESOLUTION:
+            below = max(self.resolution // 2, _MICROSECOND)
+            return below if self.shortest_lease <= below else self.ttl_unit
         if self.coarse and 0 < ticks < OUTLIVING_TTL_TICKS:
             ticks = min(ticks, self.longest_wait)
         return ticks * self.ttl_unit

@@ -17,6 +17,7 @@ from taskboard.stateful._trace import FORGERIES
 __all__ = [
     "AGENTS",
     "AT_EXPIRY",
+    "BELOW_RESOLUTION",
     "BOOLEANS",
     "GRAPH_PLANS",
     "GRAPH_SHAPES",
@@ -48,12 +49,17 @@ AGENTS = ("a1", "a2", "a1", "ü-agent with a rather long name")
 #: A lease length in clock ticks that outlives any example unless ``at_expiry`` jumps to its
 #: end.
 OUTLIVING_TTL_TICKS = 10_000
+#: A lease length, in place of a tick count, that is half the store's resolution (one
+#: resolution where that is a microsecond): a TTL the store cannot keep exactly. It must
+#: round it, not truncate it to 0 and read that as "no expiry" (``expire=int(ttl)`` on a
+#: store where 0 means "never").
+BELOW_RESOLUTION = -1
 #: Lease lengths in clock ticks: mostly short, so leases expire within an example; 0 never
 #: expires.
-TTL_TICKS = choice((1, 2, 5, 20, 0, OUTLIVING_TTL_TICKS))
+TTL_TICKS = choice((1, 2, 5, 20, 0, OUTLIVING_TTL_TICKS, BELOW_RESOLUTION))
 #: Renewal lengths: as for claims, but "no expiry" twice as often, since a renew to ttl 0
 #: must clear ``until`` (a store that keeps the old one leaves a lease that still expires).
-RENEW_TTL_TICKS = choice((1, 0, 5, 20, 0, OUTLIVING_TTL_TICKS))
+RENEW_TTL_TICKS = choice((1, 0, 5, 20, 0, OUTLIVING_TTL_TICKS, BELOW_RESOLUTION))
 #: Either way of a two-way argument, ``False`` first (what a failure shrinks to).
 BOOLEANS = choice((False, True))
 #: Whose token a holder action uses: the task's latest lease's, or the one before it.
