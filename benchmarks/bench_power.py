@@ -334,7 +334,9 @@ def measure(seeds: int, max_examples: int, only: Sequence[str] = ()) -> list[Res
                 )
             )
         else:
-            runs = [run_machine(board, s, max_examples) for s in range(seeds)]
+            # The mutant's own clock_mode, clock_resolution and client_clock_skew.
+            own = BoardMachine.for_board(board)
+            runs = [run_machine(board, s, max_examples, base=own) for s in range(seeds)]
             results.append(Result(name, *caught_and_medians(runs), "machine"))
         last = results[-1]
         print(f"  measured {name}: {last.caught}/{last.runs}", file=sys.stderr)

@@ -191,6 +191,15 @@ def _parser() -> argparse.ArgumentParser:
         "milliseconds (default: the machine's clock_skew, 1 ms)",
     )
     fuzz_cmd.add_argument(
+        "--client-clock-skew",
+        type=float,
+        metavar="MS",
+        help="in wall mode, how far apart the clocks of the hosts your clients run on may be, "
+        "in milliseconds: each call's time.time() is shifted by its client's offset, so a "
+        "library that judges expiry on the client is caught (default: the machine's "
+        "client_clock_skew, none)",
+    )
+    fuzz_cmd.add_argument(
         "--shortest-lease",
         type=float,
         metavar="MS",
@@ -306,6 +315,7 @@ _VALUED_OPTIONS = (
     "--workers",
     "--call-timeout",
     "--clock-skew",
+    "--client-clock-skew",
     "--shortest-lease",
 )
 
@@ -379,6 +389,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         tolerate_faults=args.tolerate_faults,
         clock=args.clock,
         clock_skew=args.clock_skew,
+        client_clock_skew=args.client_clock_skew,
         shortest_lease=args.shortest_lease,
         nemesis=args.nemesis,
         campaign=args.campaign,

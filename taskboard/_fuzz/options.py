@@ -20,6 +20,7 @@ from taskboard._clock import CLOCK_MODES
 from taskboard._fuzz.fleet import check_campaign, redis_client
 from taskboard._fuzz.targets import Target, UsageError
 from taskboard._profiles import NIGHTLY
+from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._config import COARSE_STEP_COUNT, MachineConfig
 from taskboard.stateful._hypothesis import changed_settings
 from taskboard.stateful._machine import BoardMachine
@@ -72,6 +73,9 @@ class FuzzOptions:
     clock: str | None = None
     #: In wall mode, the board's clock skew in milliseconds; ``None`` keeps the machine's.
     clock_skew: float | None = None
+    #: In wall mode, how far apart the clients' clocks are, in milliseconds; ``None`` keeps the
+    #: machine's ``client_clock_skew``.
+    client_clock_skew: float | None = None
     #: The shortest lease the store honours, in milliseconds; ``None`` keeps the machine's.
     shortest_lease: float | None = None
     #: SPEC 8: each thread of a parallel program in an OS process of its own.
@@ -112,19 +116,25 @@ class FuzzOptions:
             )
         if self.clock is not None and self.clock not in CLOCK_MODES:
             raise UsageError(f"--clock must be 'manual' or 'wall', got {self.clock!r}")
-        if self.clock_skew is not None:
-            if not 0 <= self.clock_skew < 3_600_000:
+        wall = (self.clock or target.machine.clock_mode) == "wall"
+        for option, value, needs_wall in (
+            ("--clock-skew", self.clock_skew, "the manual clock has no skew"),
+            ("--client-clock-skew", self.client_clock_skew, "the manual clock is the board's"),
+            ("--shortest-lease", self.shortest_lease, ""),
+        ):
+            if value is None:
+                continue
+            if not 0 <= value < 3_600_000:
+                raise UsageError(f"{option} must be a number of milliseconds >= 0, got {value}")
+            if needs_wall and not wall:
                 raise UsageError(
-                    f"--clock-skew must be a number of milliseconds >= 0, got {self.clock_skew}"
+                    f"{option} applies to the wall clock only: {needs_wall} "
+                    f"(add --clock wall, or leave {option} out)"
                 )
-            if (self.clock or target.machine.clock_mode) != "wall":
-                raise UsageError(
-                    "--clock-skew applies to the wall clock only: the manual clock has no "
-                    "skew (add --clock wall, or leave --clock-skew out)"
-                )
-        if self.shortest_lease is not None and not 0 <= self.shortest_lease < 3_600_000:
+        if self.client_clock_skew and target.name.startswith(EXEC_PREFIX):
             raise UsageError(
-                f"--shortest-lease must be a number of milliseconds >= 0, got {self.shortest_lease}"
+                "--client-clock-skew shifts time.time() in this process; a board served by "
+                "--exec reads the clock of its own process"
             )
         if self.nemesis is not None:
             parse_nemesis(self.nemesis, target.machine, target.name)
@@ -150,6 +160,8 @@ class FuzzOptions:
             attributes["nemesis"] = parse_nemesis(self.nemesis, target.machine, target.name)
         if self.clock_skew is not None:
             attributes["clock_skew"] = timedelta(milliseconds=self.clock_skew)
+        if self.client_clock_skew is not None:
+            attributes["client_clock_skew"] = timedelta(milliseconds=self.client_clock_skew)
         if self.shortest_lease is not None:
             attributes["shortest_lease"] = timedelta(milliseconds=self.shortest_lease)
         return attributes

@@ -40,6 +40,7 @@ __all__ = [
     "AgentAsIdentity",
     "CheckThenWriteComplete",
     "DerivedTokens",
+    "ExpiryOnClientClock",
     "FailedDepCountsAsDone",
     "FailedIsTerminal",
     "FenceResetAfterRelease",
@@ -421,6 +422,34 @@ class WallClock(MemoryBoard):
         super().__init__(tasks, _WallClock())
 
 
+class _ClientClock:
+    """What a client library reads: the ``time.time()`` of the host it runs on."""
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(time.time(), UTC)
+
+
+class ExpiryOnClientClock(MemoryBoard):
+    """Bug: a lease's ``until`` is stamped, and its expiry judged, on the calling client's
+    own ``time.time()``.
+
+    Breaks SPEC 2 (``until = now + ttl`` on the board's one clock) once clients' clocks
+    disagree: correct on one host, and in every test that runs on one. Mirrors redis-py
+    2.9's lock (``time.time() + timeout`` stored, a waiter comparing it with its own
+    ``time.time()``) and filelock's ``SoftFileLock(lifetime=)`` (``time.time() - st_mtime``):
+    a client whose clock runs fast takes over a live lock, and one whose clock runs slow
+    stamps leases that end early. A wall-clock board; the machine shifts each client's
+    ``time.time()`` by up to its ``client_clock_skew``.
+    """
+
+    concurrent: ClassVar[bool] = False
+    clock_mode: ClassVar[str] = "wall"
+    client_clock_skew: ClassVar[timedelta] = timedelta(milliseconds=20)
+
+    def __init__(self, tasks: Iterable[Task], clock: Clock) -> None:
+        super().__init__(tasks, _ClientClock())
+
+
 class ZeroTtlExpiresNow(_HookedBoard):
     """Bug: ttl 0 is read as "expire now" (``until = now + ttl``, no special case).
 
@@ -605,6 +634,7 @@ MUTANTS: tuple[type[MemoryBoard], ...] = (
     ReleaseLeavesOwner,
     ZeroTtlExpiresNow,
     SubResolutionTtlNeverExpires,
+    ExpiryOnClientClock,
     FirstDepOnly,
     FailedDepCountsAsDone,
     TruncatedTokenCompare,

@@ -95,6 +95,8 @@ class MachineConfig:
     resolution: timedelta
     #: ``clock_skew``: in wall mode, how far the board's clock may be from the machine's.
     skew: timedelta
+    #: ``client_clock_skew``: in wall mode, how far each client's ``time.time()`` is shifted.
+    client_skew: timedelta
     #: ``shortest_lease``: the shortest lease the store honours (zero: any).
     shortest_lease: timedelta
     #: ``expired_lease_policy``: SPEC 3.4.
@@ -198,7 +200,8 @@ class MachineConfig:
 
         Raises:
             TypeError: ``make_board`` is missing, or ``clock_resolution``, ``clock_mode``,
-                ``clock_skew``, ``shortest_lease``, ``expired_lease_policy``, ``call_timeout``,
+                ``clock_skew``, ``client_clock_skew``, ``shortest_lease``,
+                ``expired_lease_policy``, ``call_timeout``,
                 ``tolerate_faults``, ``durable`` or ``nemesis`` has a value the machine
                 cannot use.
         """
@@ -219,6 +222,16 @@ class MachineConfig:
         skew: object = machine.clock_skew  # type: ignore[attr-defined]
         if not isinstance(skew, timedelta) or skew < timedelta(0):
             raise TypeError(f"{name}.clock_skew must be a non-negative timedelta, got {skew!r}")
+        client_skew: object = machine.client_clock_skew  # type: ignore[attr-defined]
+        if not isinstance(client_skew, timedelta) or client_skew < timedelta(0):
+            raise TypeError(
+                f"{name}.client_clock_skew must be a non-negative timedelta, got {client_skew!r}"
+            )
+        if client_skew and mode != "wall":
+            raise TypeError(
+                f"{name}.client_clock_skew shifts time.time() as clients read it, so it needs "
+                "clock_mode = 'wall': on the manual clock the board reads only the machine's"
+            )
         shortest: object = machine.shortest_lease  # type: ignore[attr-defined]
         if shortest is not None and (
             not isinstance(shortest, timedelta) or shortest < timedelta(0)
@@ -257,6 +270,7 @@ class MachineConfig:
             clock_mode=mode,
             resolution=resolution,
             skew=skew,
+            client_skew=client_skew,
             shortest_lease=shortest or timedelta(0),
             policy=policy,
             call_timeout=timeout,

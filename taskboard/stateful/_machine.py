@@ -73,6 +73,7 @@ _FACTORY_ATTRIBUTES = (
     "clock_resolution",
     "clock_mode",
     "clock_skew",
+    "client_clock_skew",
     "shortest_lease",
     "expired_lease_policy",
     "durable",
@@ -213,56 +214,54 @@ class _ParallelTestCaseProperty:
 class BoardMachine(RuleBasedStateMachine):
     """Checks a host's Board against the reference model, step by step.
 
-    Subclass it and define :meth:`make_board`; ``TestMyBoard = MyMachine.TestCase``
-    then runs it under pytest or unittest. Hypothesis interleaves claims,
-    renews, releases, completions, failures, stale and forged tokens, unknown
-    ids and clock jumps (including to exactly a lease's expiry and one tick
-    before it). After every step the machine checks the outcome against the
-    model, the whole ``list_tasks()`` snapshot task by task, ``check()``, fence
-    growth, token freshness, that no two holders are live at once, and ``seq``
-    (SPEC section 6). A failure raises :class:`taskboard.model.ContractViolation`
-    with the step, what the contract expected and why, what the board did, and
-    the trace that led there.
+    Subclass it and define :meth:`make_board`; ``TestMyBoard = MyMachine.TestCase`` then runs
+    it under pytest or unittest. Hypothesis interleaves claims, renews, releases,
+    completions, failures, stale and forged tokens, unknown ids and clock jumps (including to
+    exactly a lease's expiry and one tick before it). After every step the machine checks the
+    outcome against the model, the whole ``list_tasks()`` snapshot task by task, ``check()``,
+    fence growth, token freshness, that no two holders are live at once, and ``seq`` (SPEC
+    section 6). A failure raises :class:`taskboard.model.ContractViolation` with the step,
+    what the contract expected and why, what the board did, and the trace that led there.
 
     Class attributes a host may set:
 
-    * ``clock_resolution``: the smallest time step the store keeps (default 1 ms,
-      what Redis ``PX`` keeps and finer than most hosts need). Start times, TTLs
-      and clock jumps are drawn as multiples of it, so expiry boundaries stay
-      exact; an ``until`` off by less than one resolution is accepted.
-    * ``clock_mode``: SPEC 7, where the board's time comes from. ``"manual"``
-      (default): ``make_board`` gets a :class:`~taskboard.ManualClock` that only the
-      machine moves, and every call is judged at one exact instant. ``"wall"``: for
-      boards that keep time on their own server (Redis ``PX``, SQL ``now()``) or
-      call ``time.time()``; ``make_board`` gets a :class:`~taskboard.SystemClock`
-      the board may ignore, clock rules sleep, and each call is judged on its window
-      ``[before - clock_skew, after + clock_skew]``. An off-by-one at exactly
-      ``until`` inside that window cannot be seen: prefer ``"manual"`` where the
-      board can take an injected clock.
-    * ``clock_skew``: in wall mode, how far the board's clock may be from the
-      machine's (default 1 ms; zero for a board that reads the machine's own clock).
+    * ``clock_resolution``: the smallest time step the store keeps (default 1 ms, what Redis
+      ``PX`` keeps). Start times, TTLs and clock jumps are drawn as multiples of it (and one
+      TTL as half of it), so expiry boundaries stay exact; an ``until`` off by less than one
+      resolution is accepted.
+    * ``clock_mode``: SPEC 7, where the board's time comes from. ``"manual"`` (default):
+      ``make_board`` gets a :class:`~taskboard.ManualClock` that only the machine moves, and
+      every call is judged at one exact instant. ``"wall"``: for boards that keep time on
+      their own server (Redis ``PX``, SQL ``now()``) or call ``time.time()``; ``make_board``
+      gets a :class:`~taskboard.SystemClock` the board may ignore, clock rules sleep, and
+      each call is judged on its window ``[before - clock_skew, after + clock_skew]``. An
+      off-by-one at exactly ``until`` inside that window cannot be seen: prefer ``"manual"``
+      where the board can take an injected clock.
+    * ``clock_skew``: in wall mode, how far the board's clock may be from the machine's
+      (default 1 ms; zero for a board that reads the machine's own clock).
+    * ``client_clock_skew``: in wall mode, how far apart the clocks of the hosts your
+      clients run on may be (default none). Each call's ``time.time()`` is then shifted by
+      its agent's client's offset (``-skew``, ``+skew`` or none), while every call is still
+      judged on the machine's clock: a library that judges expiry on the client is caught.
     * ``shortest_lease``: the shortest lease the store honours (default ``None``: any). TTLs
       and clock jumps are drawn as multiples of a unit no shorter (a Redlock's drift, a
       store that keeps whole seconds).
     * ``expired_lease_policy``: SPEC 3.4, what the board does with
       release/complete/fail by the current token of an expired lease nobody has
       taken over: ``"either"`` (default, both accepted), ``"accept"`` or ``"reject"``.
-    * ``call_timeout``: how long one board call (``make_board`` and
-      ``close_board`` included) may take before it is cut off and reported as an
-      :class:`InfrastructureFault` (default 10 s; ``None``: no limit). A sync
-      board is cut off by ``SIGALRM``, so only when the machine runs in the main
-      thread; an async board's call is cancelled.
-    * ``tolerate_faults``: fuzz through infrastructure faults (default off). After a
-      call fails with one, its effect is unknown: the machine reads ``list_tasks()``
-      and accepts the snapshot only if it matches the board without the call or
-      with it applied, then goes on from there. ``True`` tolerates every fault; a
-      tuple of exception classes (``(ConnectionError, psycopg.OperationalError)``)
-      only those, so a ``KeyError`` from the host's own code is still reported. A
-      timeout (any ``TimeoutError``) still ends the run.
+    * ``call_timeout``: how long one board call (``make_board`` and ``close_board``
+      included) may take before it is cut off and reported as an
+      :class:`InfrastructureFault` (default 10 s; ``None``: no limit). A sync board is cut
+      off by ``SIGALRM``, so only in the main thread; an async board's call is cancelled.
+    * ``tolerate_faults``: fuzz through infrastructure faults (default off). After a call
+      fails with one, its effect is unknown: the machine reads ``list_tasks()`` and accepts
+      the snapshot only if it matches the board without the call or with it applied, then
+      goes on from there. ``True`` tolerates every fault; a tuple of exception classes
+      (``(ConnectionError, psycopg.OperationalError)``) only those, so a ``KeyError`` from
+      the host's own code is still reported. A timeout (any ``TimeoutError``) still ends it.
     * ``durable``: SPEC 9, whether the board keeps everything it acknowledged across
-      :meth:`restart_storage` (default ``True``). ``False``: after a restart it may show,
-      per task, any state it held since the last restart; fences and tokens must still
-      never repeat.
+      :meth:`restart_storage` (default ``True``). ``False``: after a restart it may show, per
+      task, any state it held since the last restart; fences and tokens never repeat.
     * ``nemesis``: which of the defined nemesis hooks run as rules, ``"restart"`` and
       ``"drop"`` (default ``None``: every defined hook; ``()``: none).
 
@@ -277,6 +276,7 @@ class BoardMachine(RuleBasedStateMachine):
     clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
     clock_mode: ClassVar[ClockMode] = "manual"
     clock_skew: ClassVar[timedelta] = timedelta(milliseconds=1)
+    client_clock_skew: ClassVar[timedelta] = timedelta(0)
     shortest_lease: ClassVar[timedelta | None] = None
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
     call_timeout: ClassVar[timedelta | None] = timedelta(seconds=10)

@@ -40,6 +40,7 @@ from taskboard.model import (
     check_history,
 )
 from taskboard.model._calls import is_infrastructure_fault
+from taskboard.stateful._client_clocks import client_clock
 from taskboard.stateful._config import MachineConfig
 from taskboard.stateful._generation import (
     AGENTS,
@@ -365,7 +366,8 @@ def _run_threads(
             invoked = time.monotonic()
             outcome: Outcome | None
             try:
-                outcome = Outcome.returned(call.invoke(callers[index]))
+                with client_clock(call, session.model, session.config.client_skew):
+                    outcome = Outcome.returned(call.invoke(callers[index]))
             except Exception as exc:
                 # An infrastructure fault may or may not have applied: ambiguous, None.
                 outcome = None if is_infrastructure_fault(exc) else Outcome.raised(exc)

@@ -113,6 +113,7 @@ def _machine_for(board: BoardFactory | type[BoardMachine], trace: Trace) -> type
         "clock_resolution": trace.resolution,
         "clock_mode": trace.clock_mode,
         "clock_skew": trace.skew,
+        "client_clock_skew": trace.client_skew,
     }
     if isinstance(board, type) and issubclass(board, BoardMachine):
         return type(f"Replay{board.__name__}", (board,), clock)

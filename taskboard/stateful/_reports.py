@@ -26,9 +26,10 @@ from taskboard._contract import Task
 from taskboard._driver import CallTimeoutError
 from taskboard.model import ContractViolation, Step, Window, format_duration, violations_in
 from taskboard.model._model import errors_in
+from taskboard.stateful._client_clocks import client_clocks
 from taskboard.stateful._config import SNAPSHOT_ATTEMPTS, MachineConfig
 from taskboard.stateful._hypothesis import in_final_replay
-from taskboard.stateful._trace import format_offset, render_step
+from taskboard.stateful._trace import render_step, signed_offset
 from taskboard.stateful._tracefile import Trace, Verdict, write_trace
 
 __all__ = [
@@ -98,7 +99,7 @@ class RunStart:
         config = self.config
         clock = (
             f"wall clock from {self.start.isoformat()}, skew {format_duration(config.skew)}, "
-            f"TTL unit {format_duration(config.ttl_unit)}"
+            f"TTL unit {format_duration(config.ttl_unit)}{client_clocks(config.client_skew)}"
             if config.wall
             else f"clock starts at {self.start.isoformat()}"
             + (
@@ -126,13 +127,14 @@ class RunStart:
             created=datetime.now(UTC).isoformat(timespec="seconds"),
             clock_mode=config.clock_mode,
             skew=config.skew,
+            client_skew=config.client_skew,
         )
 
     def render_window(self, window: Window) -> str:
         """A call's window as a report shows it: offsets from the start, and what it means."""
         earliest, latest = window.earliest - self.start, window.latest - self.start
         return (
-            f"+{format_offset(earliest)} .. +{format_offset(latest)} (SPEC 7: the call "
+            f"{signed_offset(earliest)} .. {signed_offset(latest)} (SPEC 7: the call "
             f"took effect at one instant of it, on the wall clock with skew "
             f"{format_duration(self.config.skew)})"
         )

@@ -40,6 +40,7 @@ from taskboard.model import (
     is_live,
 )
 from taskboard.model._calls import is_infrastructure_fault
+from taskboard.stateful._client_clocks import client_clock
 from taskboard.stateful._config import MachineConfig
 from taskboard.stateful._reports import (
     Failure,
@@ -340,7 +341,8 @@ class Session:
             ref = token_ref(call.token, self.labels)
         board_exc: Exception | None = None
         try:
-            outcome = Outcome.returned(call.invoke(self.board))
+            with client_clock(call, self.model, self.config.client_skew):
+                outcome = Outcome.returned(call.invoke(self.board))
         except Exception as exc:
             board_exc = exc
             outcome = Outcome.raised(exc)

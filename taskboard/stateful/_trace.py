@@ -78,11 +78,17 @@ def format_offset(delta: timedelta) -> str:
     return f"{sign}{micros // 1000}.{micros % 1000:03d}ms"
 
 
+def signed_offset(delta: timedelta) -> str:
+    """An offset from the run's start as a trace shows it: ``+8.624ms``, or ``-217us`` for
+    an instant before it (a window's skew, a lease stamped on a slow clock)."""
+    return ("+" if delta >= timedelta(0) else "") + format_offset(delta)
+
+
 def render_step(
     step: Step, start: datetime, token_label: Callable[[str], str], *, marker: str = ""
 ) -> str:
     """One line of a trace: index, clock offset, what was done, what the board did."""
-    when = f"+{format_offset(step.at - start)}"
+    when = signed_offset(step.at - start)
     if step.nemesis:
         text = f"{NEMESIS_HOOKS[step.nemesis]}(board)" + (f"  ({step.note})" if step.note else "")
     elif step.call is None:
@@ -125,4 +131,4 @@ def _render_outcome(
         return f"{head} no expiry"
     if not isinstance(until, datetime):
         return f"{head} until={until!r}"
-    return f"{head} until +{format_offset(as_utc(until) - start)}"
+    return f"{head} until {signed_offset(as_utc(until) - start)}"

@@ -89,6 +89,8 @@ class Trace:
     clock_mode: ClockMode = "manual"
     #: SPEC 7: the board's clock skew the run was judged with (wall clock only).
     skew: timedelta = timedelta(milliseconds=1)
+    #: How far each client's ``time.time()`` was shifted (``client_clock_skew``; none: 0).
+    client_skew: timedelta = timedelta(0)
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,7 @@ def trace_to_json(trace: Trace) -> str:
         "resolution_us": _micros(trace.resolution),
         "clock_mode": trace.clock_mode,
         "clock_skew_us": _micros(trace.skew),
+        "client_clock_skew_us": _micros(trace.client_skew),
         "expired_lease_policy": trace.policy,
         "tasks": [_task_json(t) for t in trace.tasks],
         "steps": [_step_json(s) for s in trace.steps],
@@ -495,6 +498,11 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
     skew = Trace.skew
     if top.get("clock_skew_us", int, optional=True) is not None:
         skew = top.duration("clock_skew_us")
+    client_skew = Trace.client_skew
+    if top.get("client_clock_skew_us", int, optional=True) is not None:
+        client_skew = top.duration("client_clock_skew_us")
+    if client_skew and clock_mode != "wall":
+        raise top.error("client_clock_skew_us", "client clocks are shifted on the wall clock only")
     tasks = tuple(
         _task(top.child(f"tasks[{i}]", item)) for i, item in enumerate(top.get("tasks", list))
     )
@@ -532,6 +540,7 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
         program=program,
         clock_mode=cast(ClockMode, clock_mode),
         skew=skew,
+        client_skew=client_skew,
     )
 
 
