@@ -53,7 +53,8 @@ class Entry:
     buggy: str
     fixed: str
     #: Other distributions pinned next to it (``redis==3.5.3`` for python-redis-lock, Django
-    #: and its two dependencies for django-db-mutex).
+    #: and its two dependencies for django-db-mutex, aioredis 1.3.1 and its own two for
+    #: aioredlock).
     pins: tuple[str, ...] = ()
     #: Whether the target needs ``TASKBOARD_REDIS_URL``.
     redis: bool = False
@@ -67,6 +68,13 @@ class Entry:
     deep: bool = False
     #: Extra ``taskboard fuzz`` options.
     options: tuple[str, ...] = field(default=())
+    #: The distribution of the fixed release when the project was renamed in between
+    #: (superagentic → fleetwright); empty: ``dist``.
+    fixed_dist: str = ""
+
+    def dist_of(self, version: str) -> str:
+        """The distribution that ``version`` of this entry is published under."""
+        return self.fixed_dist if self.fixed_dist and version == self.fixed else self.dist
 
 
 CORPUS: tuple[Entry, ...] = (
@@ -119,6 +127,36 @@ CORPUS: tuple[Entry, ...] = (
         fixed="0.2.3",
         pins=("django==4.2.17", "asgiref==3.8.1", "sqlparse==0.5.3"),
         seed=2,
+    ),
+    Entry(
+        "redis-py-oldlock-client-clocks",
+        "tests.realworld.redis_py:board",
+        "redis",
+        buggy="2.9.1",
+        fixed="2.10.0",
+        redis=True,
+        seed=2,
+        options=("--client-clock-skew", "20"),
+    ),
+    Entry(
+        "aioredlock-decoded-script-sha",
+        "tests.realworld.aioredlock_decoded:board",
+        "aioredlock",
+        buggy="0.7.0",
+        fixed="0.7.1",
+        pins=("aioredis==1.3.1", "async-timeout==4.0.3", "attrs==23.2.0"),
+        redis=True,
+        seed=2,
+    ),
+    Entry(
+        "fleetwright-release-without-owner",
+        "tests.realworld.fleetwright_leases:board",
+        "superagentic",
+        buggy="0.20.0",
+        fixed="0.21.0",
+        fixed_dist="fleetwright",
+        seed=2,
+        shrink_budget="40s",
     ),
 )
 
@@ -268,7 +306,8 @@ def fuzz(
 def _row(entry: Entry, caught: FuzzResult, passed: FuzzResult) -> str:
     verdict = "caught" if caught.violation and passed.returncode == 0 else "NOT REPRODUCED"
     return (
-        f"| {entry.dist} | {entry.buggy} → {entry.fixed} | {verdict} | "
+        f"| {entry.dist} | {entry.buggy} → {entry.dist_of(entry.fixed)} {entry.fixed} | "
+        f"{verdict} | "
         f"{caught.examples} examples, {caught.seconds:.1f} s | {caught.shrunk_steps} | "
         f"{passed.returncode} ({passed.examples} examples, {passed.seconds:.1f} s) |"
     )
@@ -292,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed = entry.seed if args.seed is None else args.seed
         results = []
         for version, examples in ((entry.buggy, entry.catch_examples), (entry.fixed, None)):
-            libdir = install(entry.dist, version, entry.pins)
+            libdir = install(entry.dist_of(version), version, entry.pins)
             results.append(
                 fuzz(
                     entry.target,

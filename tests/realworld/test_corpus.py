@@ -51,10 +51,11 @@ def lib_cache(pytestconfig: pytest.Config) -> Path:
 
 
 def _installed(entry: Entry, version: str, cache: Path) -> Path:
+    dist = entry.dist_of(version)
     try:
-        return install(entry.dist, version, entry.pins, cache)
+        return install(dist, version, entry.pins, cache)
     except InstallError as exc:
-        unavailable(f"cannot install {entry.dist}=={version}: {exc}")
+        unavailable(f"cannot install {dist}=={version}: {exc}")
 
 
 def _env(entry: Entry, request: pytest.FixtureRequest) -> dict[str, str]:
