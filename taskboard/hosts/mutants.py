@@ -22,6 +22,7 @@ and is not edited). Unmutated, ``_HookedBoard`` behaves exactly as MemoryBoard.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import replace
@@ -45,6 +46,7 @@ __all__ = [
     "FailedIsTerminal",
     "FenceResetAfterRelease",
     "FirstDepOnly",
+    "KeepAliveOutlivesRelease",
     "NonAtomicClaim",
     "OffByOneExpiry",
     "RejectedClaimStillWrites",
@@ -450,6 +452,104 @@ class ExpiryOnClientClock(MemoryBoard):
         super().__init__(tasks, _ClientClock())
 
 
+class _KeepAliveBoard(MemoryBoard):
+    """MemoryBoard with a library's keep-alive; not itself a mutant.
+
+    Each lease with a TTL gets a thread that extends it to ``now + ttl`` every
+    ``keep_alive_interval``, as python-redis-lock's ``auto_renewal`` and aioredlock's
+    watchdog do, and stops when the lease is released, completed or failed, or is no longer
+    the task's. A wall-clock board; leases of 50 ms or more, so that a renewal a few
+    milliseconds late under load still comes before the lease's end.
+    """
+
+    concurrent: ClassVar[bool] = False
+    clock_mode: ClassVar[str] = "wall"
+    keep_alive_interval: ClassVar[timedelta] = timedelta(milliseconds=15)
+    shortest_lease: ClassVar[timedelta] = timedelta(milliseconds=50)
+
+    def __init__(self, tasks: Iterable[Task], clock: Clock) -> None:
+        super().__init__(tasks, clock)
+        self._keep_alives: dict[str, threading.Event] = {}
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        task = super().claim(task_id, agent, request)
+        if task.lease is not None and request.ttl:
+            self._start_keep_alive(task, request.ttl)
+        return task
+
+    def release(self, task_id: str, token: str) -> None:
+        super().release(task_id, token)
+        self._stop_keep_alive(token)
+
+    def complete(self, task_id: str, token: str) -> None:
+        super().complete(task_id, token)
+        self._stop_keep_alive(token)
+
+    def fail(self, task_id: str, token: str) -> None:
+        super().fail(task_id, token)
+        self._stop_keep_alive(token)
+
+    def close(self) -> None:
+        for stop in self._keep_alives.values():
+            stop.set()
+
+    def _start_keep_alive(self, claimed: Task, ttl: timedelta) -> None:
+        assert claimed.lease is not None
+        stop = threading.Event()
+        self._keep_alives[claimed.lease.token] = stop
+
+        def keep_alive() -> None:
+            interval = self.keep_alive_interval.total_seconds()
+            while not stop.wait(interval) and self._extend(claimed, ttl):
+                pass
+
+        threading.Thread(target=keep_alive, name=f"keep-alive {claimed.id}", daemon=True).start()
+
+    def _stop_keep_alive(self, token: str) -> None:
+        stop = self._keep_alives.pop(token, None)
+        if stop is not None:
+            stop.set()
+
+    def _extend(self, claimed: Task, ttl: timedelta) -> bool:
+        """Extend the lease ``claimed`` got if it is still the task's; whether it was."""
+        with self._lock:
+            task = self._tasks[claimed.id]
+            current, mine = task.lease, claimed.lease
+            if task.state != State.CLAIMED or current is None or mine is None:
+                return False
+            if current.token != mine.token:
+                return False
+            lease = replace(current, until=self._clock.now() + ttl)
+            self._put(replace(task, lease=lease, seq=task.seq + 1))
+            return True
+
+
+class KeepAliveOutlivesRelease(_KeepAliveBoard):
+    """Bug: the keep-alive is not stopped on release, and its extend re-takes the lock.
+
+    Breaks SPEC 3.2 (a released task is ``OPEN`` with no lease until someone claims it) and
+    SPEC 3.1 (one holder). Mirrors a watchdog that nobody cancels when its lock is released
+    (or that is cancelled by resource, not by lock), with an extend that re-runs the acquire
+    script and so takes a missing key (aioredlock's ``extend`` does): moments after its
+    holder let go, the task is held again by a lease nobody holds, or taken from the agent
+    that claimed it next.
+    """
+
+    def _stop_keep_alive(self, token: str) -> None:
+        pass
+
+    def _extend(self, claimed: Task, ttl: timedelta) -> bool:
+        assert claimed.lease is not None
+        with self._lock:
+            task = self._tasks[claimed.id]
+            if task.state == State.DONE:
+                return False
+            lease = replace(claimed.lease, until=self._clock.now() + ttl)
+            retaken = replace(claimed, deps=task.deps, lease=lease, seq=task.seq + 1)
+            self._put(retaken)
+            return True
+
+
 class ZeroTtlExpiresNow(_HookedBoard):
     """Bug: ttl 0 is read as "expire now" (``until = now + ttl``, no special case).
 
@@ -635,6 +735,7 @@ MUTANTS: tuple[type[MemoryBoard], ...] = (
     ZeroTtlExpiresNow,
     SubResolutionTtlNeverExpires,
     ExpiryOnClientClock,
+    KeepAliveOutlivesRelease,
     FirstDepOnly,
     FailedDepCountsAsDone,
     TruncatedTokenCompare,

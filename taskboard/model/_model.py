@@ -120,6 +120,10 @@ class BoardModel:
     issued: tuple[IssuedLease, ...] = ()
     policy: ExpiredLeasePolicy = "either"
     resolution: timedelta = timedelta(microseconds=1)
+    #: The board renews every lease by itself (a library's keep-alive) until its holder
+    #: releases, completes or fails it: a lease never expires, and its listed ``until`` and
+    #: ``seq`` may move on their own.
+    keeps_alive: bool = False
     #: The earliest instant the last call judged on a window may have taken effect: the
     #: next call takes effect no earlier (SPEC 7). ``None`` before any such call.
     floor: datetime | None = None
@@ -136,6 +140,7 @@ class BoardModel:
         *,
         policy: ExpiredLeasePolicy = "either",
         resolution: timedelta = timedelta(microseconds=1),
+        keeps_alive: bool = False,
     ) -> BoardModel:
         """The model of a fresh board holding ``tasks``; its first snapshot sets each seq."""
         if policy not in EXPIRED_LEASE_POLICIES:
@@ -152,7 +157,7 @@ class BoardModel:
         ids = [r.task.id for r in records]
         if len(set(ids)) != len(ids):
             raise ValueError(f"task ids must be unique, got {ids!r}")
-        return cls(tuple(records), tuple(issued), policy, resolution)
+        return cls(tuple(records), tuple(issued), policy, resolution, keeps_alive=keeps_alive)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -401,13 +406,26 @@ class BoardModel:
             max_fence=record.max_fence,
             lease_of=self.lease_of,
         )
-        until = check_until(lease.until, now, call.ttl, clause, window, self.resolution)
+        until = self._adopted_until(lease.until, now, call.ttl, clause, window)
         check_unchanged_fields(old, got, clause)
         check_seq_grew(old, got, clause)
         task = dataclasses.replace(got, deps=old.deps, lease=Lease(lease.token, lease.fence, until))
         issued = (*self.issued, IssuedLease(lease.token, old.id, lease.fence, call.agent))
         new_record = _Record(task, max_fence=lease.fence, seq_rule="equal", pending=Op.CLAIM)
         return dataclasses.replace(self._settled(new_record), issued=issued)
+
+    def _adopted_until(
+        self,
+        until: datetime | None,
+        now: datetime,
+        ttl: timedelta,
+        clause: str,
+        window: Window | None,
+    ) -> datetime | None:
+        """The ``until`` a claim or renew returned, checked (SPEC 2), as the model keeps it:
+        none for a board that renews its leases by itself."""
+        checked = check_until(until, now, ttl, clause, window, self.resolution)
+        return None if self.keeps_alive else checked
 
     def _after_renew(
         self, record: _Record, call: Call, now: datetime, outcome: Outcome, window: Window | None
@@ -417,7 +435,7 @@ class BoardModel:
         old = record.task
         assert old.lease is not None
         lease = check_renewed_lease(got, old.owner, old.lease, clause)
-        until = check_until(lease.until, now, call.ttl, clause, window, self.resolution)
+        until = self._adopted_until(lease.until, now, call.ttl, clause, window)
         check_unchanged_fields(old, got, clause)
         check_seq_grew(old, got, clause)
         task = dataclasses.replace(
@@ -462,7 +480,13 @@ class BoardModel:
                 # Exactly what the model holds (seq included): nothing to compare or adopt.
                 records.append(record)
                 continue
-            compare(record.task, record.pending, record.seq_rule, got, self.resolution)
+            seq_rule = record.seq_rule
+            if self.keeps_alive and record.task.lease is not None and got.lease is not None:
+                # Its keep-alive moves a held lease's until, and bumps seq as any write does.
+                got = dataclasses.replace(got, lease=dataclasses.replace(got.lease, until=None))
+                if seq_rule == "equal" and isinstance(got.seq, int) and got.seq > record.task.seq:
+                    seq_rule = "grow"
+            compare(record.task, record.pending, seq_rule, got, self.resolution)
             changed = True
             records.append(
                 dataclasses.replace(

@@ -97,6 +97,9 @@ class MachineConfig:
     skew: timedelta
     #: ``client_clock_skew``: in wall mode, how far each client's ``time.time()`` is shifted.
     client_skew: timedelta
+    #: ``keep_alive_interval``: the board renews every lease by itself, at least this often,
+    #: until its holder gives it up (``None``: it does not).
+    keep_alive: timedelta | None
     #: ``shortest_lease``: the shortest lease the store honours (zero: any).
     shortest_lease: timedelta
     #: ``expired_lease_policy``: SPEC 3.4.
@@ -200,7 +203,7 @@ class MachineConfig:
 
         Raises:
             TypeError: ``make_board`` is missing, or ``clock_resolution``, ``clock_mode``,
-                ``clock_skew``, ``client_clock_skew``, ``shortest_lease``,
+                ``clock_skew``, ``client_clock_skew``, ``shortest_lease``, ``keep_alive_interval``,
                 ``expired_lease_policy``, ``call_timeout``,
                 ``tolerate_faults``, ``durable`` or ``nemesis`` has a value the machine
                 cannot use.
@@ -260,6 +263,19 @@ class MachineConfig:
                 f"{name}.expired_lease_policy must be 'either', 'accept' or 'reject', "
                 f"got {policy!r}"
             )
+        keep_alive: object = machine.keep_alive_interval  # type: ignore[attr-defined]
+        if keep_alive is not None and (
+            not isinstance(keep_alive, timedelta) or keep_alive <= timedelta(0)
+        ):
+            raise TypeError(
+                f"{name}.keep_alive_interval must be a positive timedelta or None, "
+                f"got {keep_alive!r}"
+            )
+        if keep_alive is not None and mode != "wall":
+            raise TypeError(
+                f"{name}.keep_alive_interval needs clock_mode = 'wall': a keep-alive runs on "
+                "real time, which the manual clock does not"
+            )
         durable: object = machine.durable  # type: ignore[attr-defined]
         if not isinstance(durable, bool):
             raise TypeError(f"{name}.durable must be True or False, got {durable!r}")
@@ -271,6 +287,7 @@ class MachineConfig:
             resolution=resolution,
             skew=skew,
             client_skew=client_skew,
+            keep_alive=keep_alive,
             shortest_lease=shortest or timedelta(0),
             policy=policy,
             call_timeout=timeout,

@@ -75,6 +75,7 @@ _FACTORY_ATTRIBUTES = (
     "clock_skew",
     "client_clock_skew",
     "shortest_lease",
+    "keep_alive_interval",
     "expired_lease_policy",
     "durable",
 )
@@ -211,6 +212,20 @@ class _ParallelTestCaseProperty:
         return parallel_test_case(owner)
 
 
+def _no_new_lease(session: Session, task_id: str) -> Any:
+    """What a claim that returned no lease adds to the ``leases`` bundle: nothing, or, where an
+    outcome may differ between runs of one example (the wall clock, tolerated faults), the
+    task's latest lease (one never issued if it has none): what Hypothesis draws may not
+    differ."""
+    if not session.config.outcomes_vary:
+        return multiple()
+    latest = session.latest_lease(task_id)
+    if latest is None:
+        return LeaseRef("never issued", task_id, NEVER_ISSUED, 0, "")
+    label = session.label(latest.token)
+    return LeaseRef(label, task_id, latest.token, latest.fence, latest.agent)
+
+
 class BoardMachine(RuleBasedStateMachine):
     """Checks a host's Board against the reference model, step by step.
 
@@ -246,6 +261,11 @@ class BoardMachine(RuleBasedStateMachine):
     * ``shortest_lease``: the shortest lease the store honours (default ``None``: any). TTLs
       and clock jumps are drawn as multiples of a unit no shorter (a Redlock's drift, a
       store that keeps whole seconds).
+    * ``keep_alive_interval``: in wall mode, the board renews each lease by itself (a
+      library's keep-alive or watchdog), at least this often, until its holder releases,
+      completes or fails it (default ``None``: it does not). Leases then never expire, their
+      ``until`` and ``seq`` may move on their own, and after each release the machine waits
+      one interval: a keep-alive that outlives its lease is caught on that step.
     * ``expired_lease_policy``: SPEC 3.4, what the board does with
       release/complete/fail by the current token of an expired lease nobody has
       taken over: ``"either"`` (default, both accepted), ``"accept"`` or ``"reject"``.
@@ -278,6 +298,7 @@ class BoardMachine(RuleBasedStateMachine):
     clock_skew: ClassVar[timedelta] = timedelta(milliseconds=1)
     client_clock_skew: ClassVar[timedelta] = timedelta(0)
     shortest_lease: ClassVar[timedelta | None] = None
+    keep_alive_interval: ClassVar[timedelta | None] = None
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
     call_timeout: ClassVar[timedelta | None] = timedelta(seconds=10)
     tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = False
@@ -573,23 +594,9 @@ class BoardMachine(RuleBasedStateMachine):
             Call(Op.CLAIM, task, agent=agent, ttl=session.config.lease_ttl(ttl_ticks))
         )
         if outcome.task is None or outcome.task.lease is None or not outcome.ok:
-            return self._no_new_lease(task)
+            return _no_new_lease(session, task)
         lease = outcome.task.lease
         return LeaseRef(session.labels[lease.token], task, lease.token, lease.fence, agent)
-
-    def _no_new_lease(self, task_id: str) -> Any:
-        """What a claim that returned no lease adds to the ``leases`` bundle: nothing, or, where
-        an outcome may differ between runs of one example (the wall clock, tolerated faults),
-        the task's latest lease (one never issued if it has none): what Hypothesis draws may
-        not differ."""
-        session = self._session
-        if not session.config.outcomes_vary:
-            return multiple()
-        latest = session.latest_lease(task_id)
-        if latest is None:
-            return LeaseRef("never issued", task_id, NEVER_ISSUED, 0, "")
-        label = session.label(latest.token)
-        return LeaseRef(label, task_id, latest.token, latest.fence, latest.agent)
 
     @rule(target=leases, lease=leases, same_agent=BOOLEANS, ttl_ticks=TTL_TICKS)
     def reclaim(self, lease: LeaseRef, same_agent: bool, ttl_ticks: int) -> Any:
@@ -700,9 +707,9 @@ class BoardMachine(RuleBasedStateMachine):
             self.claim(TASK_IDS[which], agent, 1)
             expiring = session.expiring()
         if not expiring:
-            return self._no_new_lease(TASK_IDS[which])
+            return _no_new_lease(session, TASK_IDS[which])
         task_id, token, until = expiring[which % len(expiring)]
-        made = self._no_new_lease(task_id)  # the same count of leases whichever way it went
+        made = _no_new_lease(session, task_id)  # the same count of leases whichever way it went
         session.land_at_expiry(token, until, early=early)
         if then == "claim":
             return self.claim(task_id, agent, ttl_ticks)

@@ -114,6 +114,7 @@ def _machine_for(board: BoardFactory | type[BoardMachine], trace: Trace) -> type
         "clock_mode": trace.clock_mode,
         "clock_skew": trace.skew,
         "client_clock_skew": trace.client_skew,
+        "keep_alive_interval": trace.keep_alive,
     }
     if isinstance(board, type) and issubclass(board, BoardMachine):
         return type(f"Replay{board.__name__}", (board,), clock)

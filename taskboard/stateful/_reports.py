@@ -108,9 +108,14 @@ class RunStart:
                 else ""
             )
         )
+        renewing = (
+            f"; the board renews leases by itself every {format_duration(config.keep_alive)}"
+            if config.keep_alive
+            else ""
+        )
         return (
-            f"trace ({clock}, resolution {format_duration(config.resolution)}; L<n> is the n-th "
-            "lease a claim returned):"
+            f"trace ({clock}, resolution {format_duration(config.resolution)}{renewing}; L<n> "
+            "is the n-th lease a claim returned):"
         )
 
     def to_trace(self, steps: Sequence[Step], verdict: Verdict | None = None) -> Trace:
@@ -128,6 +133,7 @@ class RunStart:
             clock_mode=config.clock_mode,
             skew=config.skew,
             client_skew=config.client_skew,
+            keep_alive=config.keep_alive,
         )
 
     def render_window(self, window: Window) -> str:

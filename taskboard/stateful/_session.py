@@ -175,6 +175,14 @@ def _check_stop() -> None:
 STOP_POLL = timedelta(milliseconds=50)
 
 
+def outlive_keep_alive(config: MachineConfig, clock: Clock, call: Call, outcome: Outcome) -> None:
+    """After a lease ended on a board with a keep-alive, wait one keep-alive interval: one
+    that outlives its lease shows in the snapshot that follows."""
+    ended = outcome.ok and call.op in (Op.RELEASE, Op.COMPLETE, Op.FAIL)
+    if config.keep_alive and ended:
+        sleep_until(clock, clock.now() + config.keep_alive, stoppable=True)
+
+
 def sleep_until(clock: Clock, target: datetime, *, stoppable: bool = False) -> None:
     """Sleep until ``clock`` reads ``target`` or later; ``stoppable``: in slices of at most
     :data:`STOP_POLL`, so that a stop (Ctrl-C, the budget) ends a long sleep at once.
@@ -266,7 +274,9 @@ class Session:
         self.driver: Driver = driver
         self.renewing = isinstance(board, RenewingBoard)
         self.failing = isinstance(board, FailingBoard)
-        self.model = BoardModel.start(tasks, policy=config.policy, resolution=self.tick)
+        self.model = BoardModel.start(
+            tasks, policy=config.policy, resolution=self.tick, keeps_alive=bool(config.keep_alive)
+        )
 
     @property
     def start_time(self) -> datetime:
@@ -383,6 +393,7 @@ class Session:
         # the garbage collector would free, with every frame of the board's call in it.
         board_exc = None
         self._remember_untils(call, outcome)
+        outlive_keep_alive(self.config, self.clock, call, outcome)
         self.observe(step)
         return outcome
 

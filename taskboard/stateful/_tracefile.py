@@ -91,6 +91,9 @@ class Trace:
     skew: timedelta = timedelta(milliseconds=1)
     #: How far each client's ``time.time()`` was shifted (``client_clock_skew``; none: 0).
     client_skew: timedelta = timedelta(0)
+    #: How often the board renewed its leases by itself (``keep_alive_interval``; ``None``:
+    #: it did not).
+    keep_alive: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,7 @@ def trace_to_json(trace: Trace) -> str:
         "clock_mode": trace.clock_mode,
         "clock_skew_us": _micros(trace.skew),
         "client_clock_skew_us": _micros(trace.client_skew),
+        "keep_alive_interval_us": None if trace.keep_alive is None else _micros(trace.keep_alive),
         "expired_lease_policy": trace.policy,
         "tasks": [_task_json(t) for t in trace.tasks],
         "steps": [_step_json(s) for s in trace.steps],
@@ -501,8 +505,12 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
     client_skew = Trace.client_skew
     if top.get("client_clock_skew_us", int, optional=True) is not None:
         client_skew = top.duration("client_clock_skew_us")
-    if client_skew and clock_mode != "wall":
-        raise top.error("client_clock_skew_us", "client clocks are shifted on the wall clock only")
+    keep_alive = None
+    if top.get("keep_alive_interval_us", int, optional=True) is not None:
+        keep_alive = top.duration("keep_alive_interval_us", positive=True)
+    if (client_skew or keep_alive) and clock_mode != "wall":
+        key = "client_clock_skew_us" if client_skew else "keep_alive_interval_us"
+        raise top.error(key, "needs clock_mode 'wall'")
     tasks = tuple(
         _task(top.child(f"tasks[{i}]", item)) for i, item in enumerate(top.get("tasks", list))
     )
@@ -541,6 +549,7 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
         clock_mode=cast(ClockMode, clock_mode),
         skew=skew,
         client_skew=client_skew,
+        keep_alive=keep_alive,
     )
 
 
