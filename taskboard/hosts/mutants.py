@@ -46,6 +46,7 @@ __all__ = [
     "FailedIsTerminal",
     "FenceResetAfterRelease",
     "FirstDepOnly",
+    "HeartbeatSlowerThanLease",
     "KeepAliveOutlivesRelease",
     "NonAtomicClaim",
     "OffByOneExpiry",
@@ -550,6 +551,19 @@ class KeepAliveOutlivesRelease(_KeepAliveBoard):
             return True
 
 
+class HeartbeatSlowerThanLease(_KeepAliveBoard):
+    """Bug: the keep-alive runs less often than the lease lasts.
+
+    Breaks SPEC 3.1 step 4 (a live lease is not taken over) for a board that keeps its
+    leases alive: a lease of 50 ms is extended every 60 ms, so it lapses between two
+    heartbeats and another agent takes over work its holder is still doing. Mirrors a job
+    queue whose worker heartbeat is slower than its visibility timeout (pgqueuer before
+    0.24.0: a running job was retried by another worker).
+    """
+
+    keep_alive_interval: ClassVar[timedelta] = timedelta(milliseconds=60)
+
+
 class ZeroTtlExpiresNow(_HookedBoard):
     """Bug: ttl 0 is read as "expire now" (``until = now + ttl``, no special case).
 
@@ -736,6 +750,7 @@ MUTANTS: tuple[type[MemoryBoard], ...] = (
     SubResolutionTtlNeverExpires,
     ExpiryOnClientClock,
     KeepAliveOutlivesRelease,
+    HeartbeatSlowerThanLease,
     FirstDepOnly,
     FailedDepCountsAsDone,
     TruncatedTokenCompare,

@@ -187,6 +187,8 @@ class BoardModel:
             return f"task {task_id!r} is {task.state}"
         lease = task.lease
         holder = f"task {task_id!r} is claimed by {task.owner!r} (fence {lease.fence})"
+        if lease.until is None and self.keeps_alive:
+            return f"{holder} with a lease the board keeps alive until its holder ends it"
         if lease.until is None:
             return f"{holder} with a lease that never expires"
         left = _utc(lease.until) - now

@@ -54,7 +54,7 @@ class Entry:
     fixed: str
     #: Other distributions pinned next to it (``redis==3.5.3`` for python-redis-lock, Django
     #: and its two dependencies for django-db-mutex, aioredis 1.3.1 and its own two for
-    #: aioredlock).
+    #: aioredlock, ``redis==4.6.0`` for sherlock).
     pins: tuple[str, ...] = ()
     #: Whether the target needs ``TASKBOARD_REDIS_URL``.
     redis: bool = False
@@ -147,6 +147,19 @@ CORPUS: tuple[Entry, ...] = (
         pins=("aioredis==1.3.1", "async-timeout==4.0.3", "attrs==23.2.0"),
         redis=True,
         seed=2,
+    ),
+    Entry(
+        "sherlock-redis-renew-releases",
+        "tests.realworld.sherlock_redis:board",
+        "sherlock",
+        buggy="0.4.0",
+        fixed="0.4.1",
+        pins=("redis==4.6.0",),
+        redis=True,
+        seed=2,
+        catch_examples=60,
+        pass_examples=15,
+        deep=True,
     ),
     Entry(
         "fleetwright-release-without-owner",

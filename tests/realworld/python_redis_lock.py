@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,7 +31,7 @@ import redis
 import redis_lock
 
 from taskboard import Clock, Task
-from tests.realworld.records import EPOCH, RecordBoard, Refused, board_for
+from tests.realworld.records import EPOCH, KeyedLock, RecordBoard, Refused, board_for
 
 __all__ = ["RedisLockDriver", "board"]
 
@@ -50,13 +49,6 @@ return {0, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
 """
 
 
-@dataclass(frozen=True)
-class _Held:
-    lock: Any
-    #: The key the library keeps the lock in: ``lock:<name>``.
-    key: str
-
-
 class RedisLockDriver:
     """A :class:`~tests.realworld.records.LockDriver` over ``redis_lock.Lock``."""
 
@@ -68,11 +60,12 @@ class RedisLockDriver:
         return f"RedisLockDriver(python-redis-lock {redis_lock.__version__}, {self.prefix!r})"
 
     def acquire(self, name: str, ttl: timedelta, prior: Any | None) -> Any | None:
-        seconds, rest = divmod(ttl, _S)
-        if rest:
-            raise ValueError(f"python-redis-lock keeps whole seconds, not {ttl}")
+        # Whole seconds, as a user asks for them: a part of one is rounded up.
+        seconds = -(-ttl // _S)
         lock = redis_lock.Lock(self.client, self.prefix + name, expire=seconds or None)
-        return _Held(lock, f"lock:{self.prefix}{name}") if lock.acquire(blocking=False) else None
+        return (
+            KeyedLock(lock, f"lock:{self.prefix}{name}") if lock.acquire(blocking=False) else None
+        )
 
     def release(self, handle: Any) -> None:
         try:

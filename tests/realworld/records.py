@@ -38,6 +38,7 @@ from taskboard import (
 __all__ = [
     "EPOCH",
     "ExtendingDriver",
+    "KeyedLock",
     "LockDriver",
     "RecordBoard",
     "Refused",
@@ -47,6 +48,14 @@ __all__ = [
 ]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class KeyedLock:
+    """A driver's handle on a library's lock object and the Redis key the library keeps it in."""
+
+    lock: Any
+    key: str
 
 
 class Refused(Exception):
