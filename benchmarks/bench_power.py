@@ -43,9 +43,12 @@ from taskboard.stateful import (
     run_parallel_state_machine,
     violations_in,
 )
+from taskboard.stateful._hypothesis import shrinking_for_at_most
 from taskboard.stateful._session import Session
 
 #: Correct boards run with the nemesis too: a false alarm there would void the table.
+#: Seconds Hypothesis may shrink one failure, as `taskboard fuzz --shrink-budget` bounds it.
+SHRINK_BUDGET = 20.0
 NEMESIS_CONTROLS = (nemesis_mutants.FileBoard, nemesis_mutants.PeriodicSnapshotBoard)
 
 
@@ -104,7 +107,9 @@ def run_machine(
         report_multiple_bugs=False,
     )
     try:
-        run_state_machine_as_test(seed(run_seed)(Machine), settings=run_settings)
+        # As `taskboard fuzz --shrink-budget` does: a wall-clock replay costs its sleeps.
+        with shrinking_for_at_most(SHRINK_BUDGET):
+            run_state_machine_as_test(seed(run_seed)(Machine), settings=run_settings)
     except (ContractViolation, Flaky) as caught:
         # A board whose bug depends on its own random tokens can make Hypothesis's replay
         # diverge (Flaky...); the violation is then inside the group or the context.

@@ -104,6 +104,7 @@ def test_a_board_on_its_own_clock_passes_with_skewed_clients() -> None:
     run_state_machine_as_test(machine, settings=WALL)
 
 
+@pytest.mark.slow
 def test_fuzz_catches_it_and_replay_recurs_with_the_recorded_skew(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,6 +121,7 @@ def test_fuzz_catches_it_and_replay_recurs_with_the_recorded_skew(
     assert "client shifted" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_fuzz_takes_client_clock_skew_in_milliseconds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

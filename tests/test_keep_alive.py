@@ -84,6 +84,7 @@ def test_a_keep_alive_interval_the_machine_cannot_use_is_a_type_error(
         MachineConfig.of(BoardMachine.for_board(MemoryBoard, **attributes))
 
 
+@pytest.mark.slow
 def test_a_board_with_a_correct_keep_alive_passes() -> None:
     """The keep-alive that stops with its lease gives no false alarm."""
     run_state_machine_as_test(
