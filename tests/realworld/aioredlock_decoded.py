@@ -40,9 +40,10 @@ How the driver asks the library:
 No renewal: ``extend(lock, lock_timeout)`` runs the same ``SET`` script, which takes a
 missing key, so it renews a lease that has expired (SPEC 3.5 wants ``LeaseLostError``).
 
-``shortest_lease`` is 10 ms: ``lock()`` keeps a lock only if ``ttl - elapsed - (ttl / 100
+``shortest_lease`` is 50 ms: ``lock()`` keeps a lock only if ``ttl - elapsed - (ttl / 100
 + 2 ms)`` is positive (the Redlock clock-drift allowance), and gives it up otherwise, so
-a 5 ms lease is refused whenever the call takes 3 ms. The manager connects and loads its
+a 5 ms lease is refused whenever the call takes 3 ms, and a 20 ms lease was refused once in
+300 examples when a loaded machine took 80 ms over one claim. The manager connects and loads its
 scripts on its first call and counts that against the first lease, so the driver takes a
 scratch lock (and gives it back) when it starts; on 0.7.0 that fails like every lock.
 
@@ -193,6 +194,6 @@ board.clock_mode = "wall"  # type: ignore[attr-defined]
 board.clock_resolution = _MS  # type: ignore[attr-defined]
 #: A lock is valid only if ``ttl - elapsed - (1% of ttl + 2 ms)`` is positive: a 5 ms lease
 #: is refused whenever the call takes 3 ms.
-board.shortest_lease = timedelta(milliseconds=10)  # type: ignore[attr-defined]
+board.shortest_lease = timedelta(milliseconds=50)  # type: ignore[attr-defined]
 #: An expired key is missing, so ``get_lock`` refuses the release.
 board.expired_lease_policy = "reject"  # type: ignore[attr-defined]

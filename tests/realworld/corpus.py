@@ -147,6 +147,7 @@ CORPUS: tuple[Entry, ...] = (
         pins=("aioredis==1.3.1", "async-timeout==4.0.3", "attrs==23.2.0"),
         redis=True,
         seed=2,
+        pass_examples=60,
     ),
     Entry(
         "sherlock-redis-renew-releases",
