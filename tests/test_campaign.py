@@ -236,7 +236,13 @@ def test_watch_shows_the_view_again_until_ctrl_c(
         tmp_path, "campaign", campaign, "--database", redis_server_url, "--watch", "0.2",
         "--html", "page.html",
     )  # fmt: skip
-    time.sleep(3)
+    # Ctrl-C once the first view is out (the page is written with it), not while a loaded
+    # machine is still starting the process, then once it has refreshed at least once more.
+    page = tmp_path / "page.html"
+    deadline = time.monotonic() + 60
+    while not page.exists() and time.monotonic() < deadline and watching.poll() is None:
+        time.sleep(0.05)
+    time.sleep(1)
     watching.send_signal(signal.SIGINT)
     code, out = finished(watching)
     assert code == 0, out

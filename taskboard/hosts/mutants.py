@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -498,11 +499,17 @@ class _KeepAliveBoard(MemoryBoard):
         assert claimed.lease is not None
         stop = threading.Event()
         self._keep_alives[claimed.lease.token] = stop
+        interval = self.keep_alive_interval.total_seconds()
+        # The thread holds the board weakly: a board nobody closed stops its keep-alives
+        # once it is gone, instead of running them for the rest of the process.
+        board = weakref.ref(self)
 
         def keep_alive() -> None:
-            interval = self.keep_alive_interval.total_seconds()
-            while not stop.wait(interval) and self._extend(claimed, ttl):
-                pass
+            while not stop.wait(interval):
+                alive = board()
+                if alive is None or not alive._extend(claimed, ttl):
+                    return
+                del alive
 
         threading.Thread(target=keep_alive, name=f"keep-alive {claimed.id}", daemon=True).start()
 
