@@ -74,21 +74,13 @@ import aioredlock
 
 from taskboard import Clock, Task
 from tests.realworld.records import EPOCH, RecordBoard, Refused, board_for
+from tests.realworld.records import TOKEN_EXPIRY as _EXPIRY
 
 __all__ = ["AioredlockDriver", "board"]
 
 _MS = timedelta(milliseconds=1)
 _T = TypeVar("_T")
 
-#: KEYS[1] the lock key, ARGV[1] the lock's id: {1, PEXPIRETIME} while the id holds the
-#: key, else {0, the server's TIME in ms}: the lock had already expired by then.
-_EXPIRY = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {1, redis.call('PEXPIRETIME', KEYS[1])}
-end
-local now = redis.call('TIME')
-return {0, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
-"""
 
 # The manager logs every refused lock at DEBUG and a failed instance at ERROR, with a
 # traceback; Python's last-resort handler would print those into every fuzz run.

@@ -32,21 +32,12 @@ import redis_lock
 
 from taskboard import Clock, Task
 from tests.realworld.records import EPOCH, KeyedLock, RecordBoard, Refused, board_for
+from tests.realworld.records import TOKEN_EXPIRY as _EXPIRY
 
 __all__ = ["RedisLockDriver", "board"]
 
 _MS = timedelta(milliseconds=1)
 _S = timedelta(seconds=1)
-
-#: KEYS[1] the lock key, ARGV[1] the lock's id: {1, PEXPIRETIME} while the id holds the
-#: key, else {0, the server's TIME in ms}.
-_EXPIRY = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {1, redis.call('PEXPIRETIME', KEYS[1])}
-end
-local now = redis.call('TIME')
-return {0, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
-"""
 
 
 class RedisLockDriver:

@@ -37,6 +37,7 @@ from taskboard import (
 
 __all__ = [
     "EPOCH",
+    "TOKEN_EXPIRY",
     "ExtendingDriver",
     "KeyedLock",
     "LockDriver",
@@ -48,6 +49,17 @@ __all__ = [
 ]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: A Redis script, KEYS[1] the lock key, ARGV[1] the lock's token or id: {1, PEXPIRETIME}
+#: while the token holds the key, else {0, the server's TIME in ms}: the lock had already
+#: expired by then. How the Redis drivers read a lease's ``until`` from the store.
+TOKEN_EXPIRY = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return {1, redis.call('PEXPIRETIME', KEYS[1])}
+end
+local now = redis.call('TIME')
+return {0, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
+"""
 
 
 @dataclass(frozen=True)

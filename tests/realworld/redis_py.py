@@ -31,20 +31,12 @@ import redis
 
 from taskboard import Clock, Task
 from tests.realworld.records import EPOCH, RecordBoard, Refused, board_for
+from tests.realworld.records import TOKEN_EXPIRY as _EXPIRY
 
 __all__ = ["RedisPyDriver", "board"]
 
 _MS = timedelta(milliseconds=1)
 
-#: KEYS[1] the lock key, ARGV[1] the handle's token. {1, PEXPIRETIME} while the token
-#: holds the key, else {0, the server's TIME in ms}: the lock had already expired by then.
-_EXPIRY = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {1, redis.call('PEXPIRETIME', KEYS[1])}
-end
-local now = redis.call('TIME')
-return {0, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
-"""
 
 #: What the library raises when it refuses: ``LockError``; and 2.9.1's release of a lock
 #: object that holds nothing raises ``ValueError("Cannot release an unlocked lock")``.

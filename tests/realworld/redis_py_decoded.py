@@ -36,7 +36,8 @@ import redis.lock
 
 from taskboard import Clock, Task
 from tests.realworld.records import EPOCH, RecordBoard, board_for
-from tests.realworld.redis_py import _EXPIRY, RedisPyDriver, _seconds
+from tests.realworld.records import TOKEN_EXPIRY as _EXPIRY
+from tests.realworld.redis_py import RedisPyDriver, _seconds
 
 __all__ = ["DecodedLockDriver", "board"]
 
