@@ -9,7 +9,6 @@ import os
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._config import COARSE_STEP_COUNT, MachineConfig
 from taskboard.stateful._hypothesis import changed_settings
 from taskboard.stateful._machine import BoardMachine
+from taskboard.stateful._settings import SETTINGS, FuzzFlag, nemesis_names
 from taskboard.stateful._trace import NEMESIS_HOOKS
 
 __all__ = [
@@ -43,6 +43,8 @@ MODES = ("mixed", "sequential", "parallel")
 #: The settings of a machine that fuzzing does not take from it: the budget decides how many
 #: examples run, ``--database`` where they are kept, and the seed what they are.
 IGNORED_SETTINGS = ("max_examples", "database", "derandomize")
+#: The options that set a machine's settings, by setting.
+_FLAGS: dict[str, FuzzFlag] = {s.name: s.fuzz for s in SETTINGS if s.fuzz is not None}
 
 
 @dataclass(frozen=True)
@@ -117,19 +119,16 @@ class FuzzOptions:
         if self.clock is not None and self.clock not in CLOCK_MODES:
             raise UsageError(f"--clock must be 'manual' or 'wall', got {self.clock!r}")
         wall = (self.clock or target.machine.clock_mode) == "wall"
-        for option, value, needs_wall in (
-            ("--clock-skew", self.clock_skew, "the manual clock has no skew"),
-            ("--client-clock-skew", self.client_clock_skew, "the manual clock is the board's"),
-            ("--shortest-lease", self.shortest_lease, ""),
-        ):
-            if value is None:
+        for flag in _FLAGS.values():
+            value = getattr(self, flag.field)
+            if value is None or not flag.in_milliseconds:
                 continue
             if not 0 <= value < 3_600_000:
-                raise UsageError(f"{option} must be a number of milliseconds >= 0, got {value}")
-            if needs_wall and not wall:
+                raise UsageError(f"{flag.flag} must be a number of milliseconds >= 0, got {value}")
+            if flag.wall_only and not wall:
                 raise UsageError(
-                    f"{option} applies to the wall clock only: {needs_wall} "
-                    f"(add --clock wall, or leave {option} out)"
+                    f"{flag.flag} applies to the wall clock only: {flag.wall_only} "
+                    f"(add --clock wall, or leave {flag.flag} out)"
                 )
         if self.client_clock_skew and target.name.startswith(EXEC_PREFIX):
             raise UsageError(
@@ -144,26 +143,20 @@ class FuzzOptions:
         return self
 
     def machine_attributes(self, target: Target) -> dict[str, Any]:
-        """The class attributes these options set on ``target``'s machine for the run."""
-        attributes: dict[str, Any] = {"trace_dir": self.trace_dir}
-        if self.processes:
-            attributes["parallel_processes"] = True
-        if self.call_timeout is not None:
-            attributes["call_timeout"] = (
-                timedelta(seconds=self.call_timeout) if self.call_timeout else None
-            )
-        if self.tolerate_faults:
-            attributes["tolerate_faults"] = True
-        if self.clock is not None:
-            attributes["clock_mode"] = self.clock
+        """The class attributes these options set on ``target``'s machine for the run: each
+        setting's option (:data:`~taskboard.stateful._settings.SETTINGS`) that is not left
+        at ``None`` or ``False``.
+
+        Raises:
+            UsageError: ``--nemesis`` names a step ``target`` has no hook for.
+        """
         if self.nemesis is not None:
-            attributes["nemesis"] = parse_nemesis(self.nemesis, target.machine, target.name)
-        if self.clock_skew is not None:
-            attributes["clock_skew"] = timedelta(milliseconds=self.clock_skew)
-        if self.client_clock_skew is not None:
-            attributes["client_clock_skew"] = timedelta(milliseconds=self.client_clock_skew)
-        if self.shortest_lease is not None:
-            attributes["shortest_lease"] = timedelta(milliseconds=self.shortest_lease)
+            parse_nemesis(self.nemesis, target.machine, target.name)
+        attributes: dict[str, Any] = {}
+        for name, flag in _FLAGS.items():
+            value = getattr(self, flag.field)
+            if value is not None and value is not False:
+                attributes[name] = flag.convert(value)
         return attributes
 
     def machine(self, target: Target) -> type[BoardMachine]:
@@ -319,11 +312,9 @@ def parse_nemesis(text: str, machine: type[BoardMachine], target: str) -> tuple[
     Raises:
         UsageError: an unknown step, or one whose hook the target does not define.
     """
-    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
-    if names == ("none",):
-        return ()
+    names = nemesis_names(text)
     unknown = [name for name in names if name not in NEMESIS_HOOKS]
-    if unknown or not names:
+    if unknown or not text.replace(",", "").strip():
         raise UsageError(
             f"--nemesis takes restart, drop, both (restart,drop) or none; got {text!r}"
         )

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from taskboard._clock import Clock, ManualClock
+from taskboard._clock import Clock, ClockMode, ManualClock
 from taskboard._contract import ClaimRequest, Task
 from taskboard._driver import shaped, wrapper_classes
 from taskboard._protocol.child import Child
@@ -57,9 +57,11 @@ class _Processes:
     time they last heard: in manual mode, before any of them gets a request after the clock
     moved, every one of them hears ``set_time`` (SPEC 10)."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, clock_mode: ClockMode) -> None:
         self.clock = clock
-        self.manual = isinstance(clock, ManualClock)
+        # From the mode the run is in, not the clock's class: a wall clock may be a
+        # ManualClock that sleeps to move (BoardContract's), and its processes must race.
+        self.manual = clock_mode == "manual"
         self.time_sent = clock.now()
         self.open: list[Child] = []
         # Held while the time goes out, so that no process gets a request before it heard.
@@ -111,6 +113,12 @@ class _ExecBoard:
 
     def __repr__(self) -> str:
         return f"exec_board({' '.join(self.child.argv)!r}, name={self.hello.name!r})"
+
+    @property
+    def clock_mode(self) -> ClockMode:
+        """SPEC 7: ``"manual"``, the board's processes hear the checker's time; ``"wall"``,
+        they keep their own."""
+        return "manual" if self._processes.manual else "wall"
 
     def _call(self, op: str, **arguments: Any) -> dict[str, Any]:
         self._processes.keep_time()
@@ -221,15 +229,24 @@ def _start(
 
 
 def exec_board(
-    command: str | Sequence[str], tasks: Sequence[Task], clock: Clock, *, timeout: float = 10.0
+    command: str | Sequence[str],
+    tasks: Sequence[Task],
+    clock: Clock,
+    *,
+    timeout: float = 10.0,
+    clock_mode: ClockMode | None = None,
 ) -> Any:
     """A fresh board holding ``tasks``, served by a new process of ``command`` (SPEC 10).
 
-    ``clock`` is a :class:`~taskboard.ManualClock` (manual mode: the process hears
-    ``set_time`` when it moves) or the wall clock (the process keeps its own time).
+    ``clock_mode`` is the run's SPEC 7 mode: ``"manual"``, every process hears ``set_time``
+    from ``clock`` once it moved, before its next request; ``"wall"``, each keeps its own
+    time, and nothing holds their calls back. ``None``: ``"manual"`` for a
+    :class:`~taskboard.ManualClock`, else ``"wall"``.
 
     Raises:
         ExecStartError: the command does not start, or does not answer ``hello``.
         ProtocolError: ``init`` got a malformed answer (an infrastructure fault).
     """
-    return _start(split_command(command), _Processes(clock), timeout, tasks=tasks)
+    if clock_mode is None:
+        clock_mode = "manual" if isinstance(clock, ManualClock) else "wall"
+    return _start(split_command(command), _Processes(clock, clock_mode), timeout, tasks=tasks)

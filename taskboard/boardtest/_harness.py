@@ -21,11 +21,11 @@ from taskboard._driver import Driver, _Driven, close_driven, driven, make_driven
 from taskboard._protocol.board import exec_board, split_command
 from taskboard._protocol.spares import hello_of
 from taskboard.model import ExpiredLeasePolicy
-from taskboard.stateful import BoardMachine
 from taskboard.stateful._config import wall_ttl_unit
 from taskboard.stateful._generation import grid_start
 from taskboard.stateful._machine import close_own
 from taskboard.stateful._session import sleep_until
+from taskboard.stateful._settings import default
 
 __all__ = ["WALL_LONGEST_SLEEP", "WALL_TICK_UNITS", "ContractHarness", "OpenBoard"]
 
@@ -76,15 +76,21 @@ class ContractHarness:
     tell a hook the subclass defines from one it left alone by comparing against this class.
     """
 
-    clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
-    clock_mode: ClassVar[ClockMode] = BoardMachine.clock_mode
-    clock_skew: ClassVar[timedelta] = BoardMachine.clock_skew
-    shortest_lease: ClassVar[timedelta | None] = BoardMachine.shortest_lease
-    expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
-    call_timeout: ClassVar[timedelta | None] = BoardMachine.call_timeout
-    tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = BoardMachine.tolerate_faults
-    durable: ClassVar[bool] = BoardMachine.durable
-    nemesis: ClassVar[tuple[str, ...] | None] = BoardMachine.nemesis
+    # The settings BoardContract hands its machine (``contract`` in the table), as on the
+    # machine; their defaults are the table's.
+    clock_resolution: ClassVar[timedelta] = default("clock_resolution")
+    clock_mode: ClassVar[ClockMode] = default("clock_mode")
+    clock_skew: ClassVar[timedelta] = default("clock_skew")
+    client_clock_skew: ClassVar[timedelta] = default("client_clock_skew")
+    shortest_lease: ClassVar[timedelta | None] = default("shortest_lease")
+    keep_alive_interval: ClassVar[timedelta | None] = default("keep_alive_interval")
+    expired_lease_policy: ClassVar[ExpiredLeasePolicy] = default("expired_lease_policy")
+    call_timeout: ClassVar[timedelta | None] = default("call_timeout")
+    tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = default("tolerate_faults")
+    parallel_processes: ClassVar[bool] = default("parallel_processes")
+    durable: ClassVar[bool] = default("durable")
+    nemesis: ClassVar[tuple[str, ...] | None] = default("nemesis")
+    trace_dir: ClassVar[str | None] = default("trace_dir")
     machine_settings: ClassVar[settings | None] = None
     parallel_settings: ClassVar[settings | None] = None
 
@@ -158,7 +164,7 @@ class ContractHarness:
         hooks: dict[str, Any] = {
             "durable": hello.durable,
             "make_board": lambda self, tasks, clock: exec_board(
-                argv, tasks, clock, timeout=timeout
+                argv, tasks, clock, timeout=timeout, clock_mode=self.clock_mode
             ),
             "close_board": lambda self, board: board.close(),
         }

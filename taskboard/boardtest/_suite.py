@@ -18,6 +18,7 @@ from taskboard.boardtest._examples import SpecExamples
 from taskboard.boardtest._harness import ContractHarness, OpenBoard
 from taskboard.stateful import BoardMachine, run_parallel_state_machine
 from taskboard.stateful._reports import failures_reported
+from taskboard.stateful._settings import SETTINGS
 from taskboard.stateful._trace import NEMESIS_HOOKS
 
 __all__ = ["BoardContract"]
@@ -44,13 +45,16 @@ class BoardContract(SpecExamples):
 
     Class attributes to set:
 
-    * ``clock_resolution``, ``clock_mode``, ``clock_skew``, ``expired_lease_policy``,
-      ``call_timeout``, ``tolerate_faults``, ``durable`` and ``nemesis``: as on
-      ``BoardMachine``. With ``clock_mode = "wall"``
+    * ``clock_resolution``, ``clock_mode``, ``clock_skew``, ``client_clock_skew``,
+      ``shortest_lease``, ``keep_alive_interval``, ``expired_lease_policy``,
+      ``call_timeout``, ``tolerate_faults``, ``parallel_processes``, ``durable``,
+      ``nemesis`` and ``trace_dir``: as on ``BoardMachine``, whose run here takes them
+      (its traces name this class to replay against). With ``clock_mode = "wall"``
       (SPEC 7) the boards get a :class:`~taskboard.SystemClock`, the example tests'
-      tick is the machine's wall-clock TTL unit, and their ``clock.advance(delta)``
+      tick is the machine's wall-clock TTL unit, their ``clock.advance(delta)``
       sleeps (at most :data:`~taskboard.boardtest._harness.WALL_LONGEST_SLEEP` ticks)
-      to just past the target.
+      to just past the target, and the criteria's clients race in real time (a
+      command's processes, too, keep their own time).
     * ``machine_settings``: Hypothesis settings for the state-machine run;
       ``None`` (default) follows the loaded profile, so ``--hypothesis-profile``
       or ``settings.load_profile`` set the depth.
@@ -76,19 +80,12 @@ class BoardContract(SpecExamples):
         for hook in NEMESIS_HOOKS.values():
             if getattr(cls, hook) is not getattr(ContractHarness, hook):
                 clients[hook] = getattr(self, hook)
+        settings = {s.name: getattr(self, s.name) for s in SETTINGS if s.contract}
         machine = BoardMachine.for_board(
             self.make_board,
             close=self.close_board,
             **clients,
-            clock_resolution=self.clock_resolution,
-            clock_mode=self.clock_mode,
-            clock_skew=self.clock_skew,
-            shortest_lease=self.shortest_lease,
-            expired_lease_policy=self.expired_lease_policy,
-            call_timeout=self.call_timeout,
-            tolerate_faults=self.tolerate_faults,
-            durable=self.durable,
-            nemesis=self.nemesis,
+            **settings,
             trace_target=trace_target,
         )
         machine.__name__ = machine.__qualname__ = f"{type(self).__name__}{suffix}"

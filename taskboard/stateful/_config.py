@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from taskboard._clock import CLOCK_MODES, ClockMode
+from taskboard._clock import ClockMode
 from taskboard.model import ExpiredLeasePolicy
-from taskboard.model._model import EXPIRED_LEASE_POLICIES
 from taskboard.stateful._generation import BELOW_RESOLUTION, OUTLIVING_TTL_TICKS
+from taskboard.stateful._settings import SETTINGS, checked_setting, checked_settings
 from taskboard.stateful._trace import NEMESIS_HOOKS
 from taskboard.stateful._tracefile import TRACE_DIR_ENV
 
@@ -199,13 +199,14 @@ class MachineConfig:
 
     @classmethod
     def of(cls, machine: type) -> MachineConfig:
-        """The configuration of the machine class ``machine``, from its class attributes.
+        """The configuration of the machine class ``machine``, from its class attributes (the
+        settings of :data:`~taskboard.stateful._settings.SETTINGS`).
 
         Raises:
-            TypeError: ``make_board`` is missing, or ``clock_resolution``, ``clock_mode``,
-                ``clock_skew``, ``client_clock_skew``, ``shortest_lease``, ``keep_alive_interval``,
-                ``expired_lease_policy``, ``call_timeout``,
-                ``tolerate_faults``, ``durable`` or ``nemesis`` has a value the machine
+            TypeError: ``make_board`` is missing, or a setting (``clock_resolution``,
+                ``clock_mode``, ``clock_skew``, ``client_clock_skew``, ``shortest_lease``,
+                ``keep_alive_interval``, ``expired_lease_policy``, ``call_timeout``,
+                ``tolerate_faults``, ``durable``, ``nemesis``, ...) has a value the machine
                 cannot use.
         """
         name = machine.__qualname__
@@ -214,95 +215,21 @@ class MachineConfig:
                 f"{name} must define make_board(self, tasks, clock) returning a "
                 "fresh Board that holds `tasks` and reads time only from `clock`"
             )
-        resolution: object = machine.clock_resolution  # type: ignore[attr-defined]
-        if not isinstance(resolution, timedelta) or resolution <= timedelta(0):
-            raise TypeError(
-                f"{name}.clock_resolution must be a positive timedelta, got {resolution!r}"
-            )
-        mode: Any = machine.clock_mode  # type: ignore[attr-defined]
-        if mode not in CLOCK_MODES:
-            raise TypeError(f"{name}.clock_mode must be 'manual' or 'wall', got {mode!r}")
-        skew: object = machine.clock_skew  # type: ignore[attr-defined]
-        if not isinstance(skew, timedelta) or skew < timedelta(0):
-            raise TypeError(f"{name}.clock_skew must be a non-negative timedelta, got {skew!r}")
-        client_skew: object = machine.client_clock_skew  # type: ignore[attr-defined]
-        if not isinstance(client_skew, timedelta) or client_skew < timedelta(0):
-            raise TypeError(
-                f"{name}.client_clock_skew must be a non-negative timedelta, got {client_skew!r}"
-            )
-        if client_skew and mode != "wall":
-            raise TypeError(
-                f"{name}.client_clock_skew shifts time.time() as clients read it, so it needs "
-                "clock_mode = 'wall': on the manual clock the board reads only the machine's"
-            )
-        shortest: object = machine.shortest_lease  # type: ignore[attr-defined]
-        if shortest is not None and (
-            not isinstance(shortest, timedelta) or shortest < timedelta(0)
-        ):
-            raise TypeError(
-                f"{name}.shortest_lease must be a non-negative timedelta or None, got {shortest!r}"
-            )
-        timeout: object = machine.call_timeout  # type: ignore[attr-defined]
-        if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
-            raise TypeError(
-                f"{name}.call_timeout must be a positive timedelta or None, got {timeout!r}"
-            )
-        tolerated: Any = machine.tolerate_faults  # type: ignore[attr-defined]
-        if not isinstance(tolerated, bool) and not (
-            isinstance(tolerated, tuple)
-            and tolerated
-            and all(isinstance(t, type) and issubclass(t, Exception) for t in tolerated)
-        ):
-            raise TypeError(
-                f"{name}.tolerate_faults must be True, False or a tuple of exception classes, "
-                f"got {tolerated!r}"
-            )
-        policy: Any = machine.expired_lease_policy  # type: ignore[attr-defined]
-        if policy not in EXPIRED_LEASE_POLICIES:
-            raise TypeError(
-                f"{name}.expired_lease_policy must be 'either', 'accept' or 'reject', "
-                f"got {policy!r}"
-            )
-        keep_alive: object = machine.keep_alive_interval  # type: ignore[attr-defined]
-        if keep_alive is not None and (
-            not isinstance(keep_alive, timedelta) or keep_alive <= timedelta(0)
-        ):
-            raise TypeError(
-                f"{name}.keep_alive_interval must be a positive timedelta or None, "
-                f"got {keep_alive!r}"
-            )
-        if keep_alive is not None and mode != "wall":
-            raise TypeError(
-                f"{name}.keep_alive_interval needs clock_mode = 'wall': a keep-alive runs on "
-                "real time, which the manual clock does not"
-            )
-        durable: object = machine.durable  # type: ignore[attr-defined]
-        if not isinstance(durable, bool):
-            raise TypeError(f"{name}.durable must be True or False, got {durable!r}")
+        values = checked_settings(machine)
         defined = defined_nemesis(machine)
-        target: str | None = machine.trace_target  # type: ignore[attr-defined]
+        # What follows from a setting and the class, or the environment.
+        values.update(
+            shortest_lease=values["shortest_lease"] or timedelta(0),
+            nemesis=chosen_nemesis(machine, defined),
+            trace_dir=values["trace_dir"] or os.environ.get(TRACE_DIR_ENV) or None,
+        )
+        if values["trace_target"] is None:
+            values["trace_target"] = f"{machine.__module__}:{name}"
         return cls(
             name=name,
-            clock_mode=mode,
-            resolution=resolution,
-            skew=skew,
-            client_skew=client_skew,
-            keep_alive=keep_alive,
-            shortest_lease=shortest or timedelta(0),
-            policy=policy,
-            call_timeout=timeout,
-            tolerate_faults=tolerated,
-            durable=durable,
             defined_nemesis=defined,
-            nemesis=chosen_nemesis(machine, defined),
             clients=hook_defined(machine, "open_client"),
-            processes=bool(machine.parallel_processes),  # type: ignore[attr-defined]
-            trace_dir=machine.trace_dir  # type: ignore[attr-defined]
-            or os.environ.get(TRACE_DIR_ENV)
-            or None,
-            trace_target=(
-                f"{machine.__module__}:{machine.__qualname__}" if target is None else target
-            ),
+            **{setting.config: values[setting.name] for setting in SETTINGS},
         )
 
 
@@ -320,13 +247,9 @@ def chosen_nemesis(machine: type, defined: tuple[str, ...]) -> tuple[str, ...]:
             step whose hook the class does not define.
     """
     name = machine.__qualname__
-    chosen: object = machine.nemesis  # type: ignore[attr-defined]
+    chosen: tuple[str, ...] | None = checked_setting(machine, "nemesis")
     if chosen is None:
         return defined
-    if not isinstance(chosen, tuple) or not all(k in NEMESIS_HOOKS for k in chosen):
-        raise TypeError(
-            f"{name}.nemesis must be None or a tuple of 'restart' and 'drop', got {chosen!r}"
-        )
     undefined = [NEMESIS_HOOKS[k] for k in chosen if k not in defined]
     if undefined:
         raise TypeError(

@@ -60,6 +60,7 @@ from taskboard.stateful._hypothesis import (
 from taskboard.stateful._parallel import parallel_test_case
 from taskboard.stateful._reports import failures_reported
 from taskboard.stateful._session import Session, end_example
+from taskboard.stateful._settings import SETTINGS, default
 from taskboard.stateful._trace import forge, token_ref
 from taskboard.stateful._tracefile import Trace, Verdict
 
@@ -69,16 +70,7 @@ __all__ = ["BoardFactory", "BoardMachine", "close_own"]
 BoardFactory = Callable[[Sequence[Task], Clock], Any]
 
 #: The class attributes :meth:`BoardMachine.for_board` takes from a factory that has them.
-_FACTORY_ATTRIBUTES = (
-    "clock_resolution",
-    "clock_mode",
-    "clock_skew",
-    "client_clock_skew",
-    "shortest_lease",
-    "keep_alive_interval",
-    "expired_lease_policy",
-    "durable",
-)
+_FACTORY_ATTRIBUTES = tuple(setting.name for setting in SETTINGS if setting.for_board)
 
 
 def close_own(resource: Any) -> Any:
@@ -279,40 +271,45 @@ class BoardMachine(RuleBasedStateMachine):
       goes on from there. ``True`` tolerates every fault; a tuple of exception classes
       (``(ConnectionError, psycopg.OperationalError)``) only those, so a ``KeyError`` from
       the host's own code is still reported. A timeout (any ``TimeoutError``) still ends it.
+    * ``parallel_processes``: SPEC 8, run each thread of a parallel program in an OS process
+      of its own, on a client it opens by unpickling the board (default off; ``taskboard
+      fuzz --processes``; see docs/clients.md).
     * ``durable``: SPEC 9, whether the board keeps everything it acknowledged across
       :meth:`restart_storage` (default ``True``). ``False``: after a restart it may show, per
       task, any state it held since the last restart; fences and tokens never repeat.
     * ``nemesis``: which of the defined nemesis hooks run as rules, ``"restart"`` and
       ``"drop"`` (default ``None``: every defined hook; ``()``: none).
+    * ``trace_dir``: where the shrunk failing trace is written as JSON (default ``None``: the
+      ``TASKBOARD_TRACE_DIR`` environment variable; no trace is written if it is unset).
+    * ``trace_target``: ``module:Name`` recorded in trace files as what to replay against
+      (default ``None``: this class; ``""`` records none, and ``taskboard replay`` then
+      needs ``--board``).
 
     The attributes are read once per example into :attr:`config` (a
-    :class:`~taskboard.stateful._config.MachineConfig`), and checked there.
+    :class:`~taskboard.stateful._config.MachineConfig`), and checked there. Each is one
+    record of :data:`~taskboard.stateful._settings.SETTINGS`, which says how it travels
+    (from a factory, a BoardContract, a ``taskboard fuzz`` option, a trace file).
 
     Async boards need no wrapper: each example runs on an event loop of its own, from before
     ``make_board`` to after ``close_board`` (either may be ``async def``); clients that bind
     to a loop must be made in ``make_board``.
     """
 
-    clock_resolution: ClassVar[timedelta] = timedelta(milliseconds=1)
-    clock_mode: ClassVar[ClockMode] = "manual"
-    clock_skew: ClassVar[timedelta] = timedelta(milliseconds=1)
-    client_clock_skew: ClassVar[timedelta] = timedelta(0)
-    shortest_lease: ClassVar[timedelta | None] = None
-    keep_alive_interval: ClassVar[timedelta | None] = None
-    expired_lease_policy: ClassVar[ExpiredLeasePolicy] = "either"
-    call_timeout: ClassVar[timedelta | None] = timedelta(seconds=10)
-    tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = False
-    #: SPEC 8: run each thread of a parallel program in an OS process of its own, on a client
-    #: it opens by unpickling the board (``taskboard fuzz --processes``; see docs/clients.md).
-    parallel_processes: ClassVar[bool] = False
-    durable: ClassVar[bool] = True
-    nemesis: ClassVar[tuple[str, ...] | None] = None
-    #: Where the shrunk failing trace is written as JSON; ``None`` reads the
-    #: ``TASKBOARD_TRACE_DIR`` environment variable, and no trace is written if it is unset.
-    trace_dir: ClassVar[str | None] = None
-    #: ``module:Name`` recorded in trace files as what to replay against: ``None`` is this
-    #: class; ``""`` records none (``taskboard replay`` then needs ``--board``).
-    trace_target: ClassVar[str | None] = None
+    # The settings (docstring above), typed here; their defaults are the table's.
+    clock_resolution: ClassVar[timedelta] = default("clock_resolution")
+    clock_mode: ClassVar[ClockMode] = default("clock_mode")
+    clock_skew: ClassVar[timedelta] = default("clock_skew")
+    client_clock_skew: ClassVar[timedelta] = default("client_clock_skew")
+    shortest_lease: ClassVar[timedelta | None] = default("shortest_lease")
+    keep_alive_interval: ClassVar[timedelta | None] = default("keep_alive_interval")
+    expired_lease_policy: ClassVar[ExpiredLeasePolicy] = default("expired_lease_policy")
+    call_timeout: ClassVar[timedelta | None] = default("call_timeout")
+    tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = default("tolerate_faults")
+    parallel_processes: ClassVar[bool] = default("parallel_processes")
+    durable: ClassVar[bool] = default("durable")
+    nemesis: ClassVar[tuple[str, ...] | None] = default("nemesis")
+    trace_dir: ClassVar[str | None] = default("trace_dir")
+    trace_target: ClassVar[str | None] = default("trace_target")
 
     leases = Bundle("leases")
     TestCase = _TestCaseProperty()
@@ -344,10 +341,10 @@ class BoardMachine(RuleBasedStateMachine):
         """Check the hooks and class attributes a subclass set, before anything runs.
 
         Raises:
-            TypeError: ``make_board`` is missing, or ``clock_resolution``,
-                ``clock_mode``, ``clock_skew``, ``expired_lease_policy``,
-                ``call_timeout``, ``tolerate_faults``, ``durable`` or ``nemesis`` has a
-                value the machine cannot use.
+            TypeError: ``make_board`` is missing, or a setting (``clock_resolution``,
+                ``clock_mode``, ``clock_skew``, ``expired_lease_policy``, ``call_timeout``,
+                ``tolerate_faults``, ``durable``, ``nemesis``, ...) has a value the machine
+                cannot use.
         """
         MachineConfig.of(cls)
 
@@ -393,8 +390,9 @@ class BoardMachine(RuleBasedStateMachine):
 
         ``TestMyBoard = BoardMachine.for_board(MyBoard).TestCase`` is the short form of
         subclassing. The factory's own ``clock_resolution``, ``clock_mode``,
-        ``clock_skew`` and ``expired_lease_policy`` attributes are used when it has
-        them, and ``attributes`` set any class attribute (``clock_mode="wall"``, say).
+        ``clock_skew``, ``client_clock_skew``, ``shortest_lease``, ``keep_alive_interval``,
+        ``expired_lease_policy`` and ``durable`` attributes are used when it has them, and
+        ``attributes`` set any class attribute (``clock_mode="wall"``, say).
         Boards are closed with ``close(board)``, or with their own ``aclose()`` or
         ``close()`` method; an ``async def`` factory or closer is awaited on the
         machine's loop. Clients (SPEC 8) come from ``open_client(board)``, or from the
@@ -404,7 +402,7 @@ class BoardMachine(RuleBasedStateMachine):
         and ``drop_connections(board)`` are the nemesis hooks (SPEC 9), each may be
         ``async def``; set ``durable=False`` with them for a store that may lose
         acknowledged changes. A factory's own ``restart_storage`` and ``drop_connections``
-        attributes (a board class's methods will do) and ``durable`` are used as well.
+        attributes (a board class's methods will do) are used as well.
         """
         return _machine_for_board(
             cls,

@@ -15,6 +15,7 @@ from taskboard.stateful._machine import BoardFactory, BoardMachine
 from taskboard.stateful._parallel import RUNS_PER_PROGRAM, run_program
 from taskboard.stateful._reports import failures_reported
 from taskboard.stateful._session import Session, end_example
+from taskboard.stateful._settings import SETTINGS
 from taskboard.stateful._trace import NEMESIS_HOOKS, resolve_token
 from taskboard.stateful._tracefile import Trace
 
@@ -109,18 +110,22 @@ def _run_parallel(machine_cls: type[BoardMachine], trace: Trace) -> ReplayResult
 
 
 def _machine_for(board: BoardFactory | type[BoardMachine], trace: Trace) -> type[BoardMachine]:
-    clock: dict[str, Any] = {
-        "clock_resolution": trace.resolution,
-        "clock_mode": trace.clock_mode,
-        "clock_skew": trace.skew,
-        "client_clock_skew": trace.client_skew,
-        "keep_alive_interval": trace.keep_alive,
-    }
+    """The machine that replays ``trace`` on ``board``, with the settings the trace records:
+    each one the table replays from the trace, and each one it leaves to the board (the
+    SPEC 3.4 pin) where the board does not declare its own (a machine always does)."""
+    machine = isinstance(board, type) and issubclass(board, BoardMachine)
+    restored: dict[str, Any] = {}
+    for setting in SETTINGS:
+        if setting.trace is None or setting.replay is None:
+            continue
+        recorded = getattr(trace, setting.trace.field)
+        if setting.replay == "trace":
+            restored[setting.name] = recorded
+        elif not machine:
+            restored[setting.name] = getattr(board, setting.name, recorded)
     if isinstance(board, type) and issubclass(board, BoardMachine):
-        return type(f"Replay{board.__name__}", (board,), clock)
-    # The board's own SPEC 3.4 pin if it declares one, else the pin the trace was made with.
-    policy = getattr(board, "expired_lease_policy", trace.policy)
-    return BoardMachine.for_board(cast(BoardFactory, board), **clock, expired_lease_policy=policy)
+        return type(f"Replay{board.__name__}", (board,), restored)
+    return BoardMachine.for_board(cast(BoardFactory, board), **restored)
 
 
 class _RecordedUntils:

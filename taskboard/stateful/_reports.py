@@ -29,6 +29,7 @@ from taskboard.model._model import errors_in
 from taskboard.stateful._client_clocks import client_clocks
 from taskboard.stateful._config import SNAPSHOT_ATTEMPTS, MachineConfig
 from taskboard.stateful._hypothesis import in_final_replay
+from taskboard.stateful._settings import SETTINGS
 from taskboard.stateful._trace import render_step, signed_offset
 from taskboard.stateful._tracefile import Trace, Verdict, write_trace
 
@@ -120,20 +121,18 @@ class RunStart:
 
     def to_trace(self, steps: Sequence[Step], verdict: Verdict | None = None) -> Trace:
         """The run as a :class:`Trace` of ``steps``, with the verdict if there is one."""
-        config = self.config
+        recorded = {
+            setting.trace.field: getattr(self.config, setting.config)
+            for setting in SETTINGS
+            if setting.trace is not None
+        }
         return Trace(
             start=self.start,
-            resolution=config.resolution,
-            policy=config.policy,
             tasks=self.tasks,
             steps=tuple(steps),
             verdict=verdict,
-            target=config.trace_target,
             created=datetime.now(UTC).isoformat(timespec="seconds"),
-            clock_mode=config.clock_mode,
-            skew=config.skew,
-            client_skew=config.client_skew,
-            keep_alive=config.keep_alive,
+            **recorded,
         )
 
     def render_window(self, window: Window) -> str:

@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from taskboard._clock import CLOCK_MODES, ClockMode, as_utc
+from taskboard._clock import ClockMode, as_utc
 from taskboard._contract import Lease, Task
 from taskboard.model import Allowed, Call, ExpiredLeasePolicy, Op, Outcome, Step, Window
-from taskboard.model._model import EXPIRED_LEASE_POLICIES
+from taskboard.stateful._settings import SETTING, SETTINGS
 from taskboard.stateful._trace import FORGERIES, NEMESIS_HOOKS
 
 __all__ = [
@@ -212,14 +212,8 @@ def trace_to_json(trace: Trace) -> str:
         "schema": SCHEMA,
         "version": SCHEMA_VERSION,
         "created": trace.created,
-        "target": trace.target,
         "start": trace.start.isoformat(),
-        "resolution_us": _micros(trace.resolution),
-        "clock_mode": trace.clock_mode,
-        "clock_skew_us": _micros(trace.skew),
-        "client_clock_skew_us": _micros(trace.client_skew),
-        "keep_alive_interval_us": None if trace.keep_alive is None else _micros(trace.keep_alive),
-        "expired_lease_policy": trace.policy,
+        **{field.key: field.encode(getattr(trace, field.field)) for field in _HEADER},
         "tasks": [_task_json(t) for t in trace.tasks],
         "steps": [_step_json(s) for s in trace.steps],
         "program": None if trace.program is None else _program_json(trace.program),
@@ -492,25 +486,7 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
         )
     if version < 1:
         raise top.error("version", f"expected a version from 1, got {version}")
-    policy = top.get("expired_lease_policy", str)
-    if policy not in EXPIRED_LEASE_POLICIES:
-        raise top.error("expired_lease_policy", f"expected either/accept/reject, got {policy!r}")
-    resolution = top.duration("resolution_us", positive=True)
-    clock_mode = top.get("clock_mode", str, optional=True) or "manual"
-    if clock_mode not in CLOCK_MODES:
-        raise top.error("clock_mode", f"expected 'manual' or 'wall', got {clock_mode!r}")
-    skew = Trace.skew
-    if top.get("clock_skew_us", int, optional=True) is not None:
-        skew = top.duration("clock_skew_us")
-    client_skew = Trace.client_skew
-    if top.get("client_clock_skew_us", int, optional=True) is not None:
-        client_skew = top.duration("client_clock_skew_us")
-    keep_alive = None
-    if top.get("keep_alive_interval_us", int, optional=True) is not None:
-        keep_alive = top.duration("keep_alive_interval_us", positive=True)
-    if (client_skew or keep_alive) and clock_mode != "wall":
-        key = "client_clock_skew_us" if client_skew else "keep_alive_interval_us"
-        raise top.error(key, "needs clock_mode 'wall'")
+    header = _header(top)
     tasks = tuple(
         _task(top.child(f"tasks[{i}]", item)) for i, item in enumerate(top.get("tasks", list))
     )
@@ -538,19 +514,45 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
     program = None if program_json is None else _program(top.child("program", program_json), ids)
     return Trace(
         start=start,
-        resolution=resolution,
-        policy=policy,
         tasks=tasks,
         steps=steps,
         verdict=verdict,
-        target=top.get("target", str, optional=True) or "",
         created=top.get("created", str, optional=True) or "",
         program=program,
-        clock_mode=cast(ClockMode, clock_mode),
-        skew=skew,
-        client_skew=client_skew,
-        keep_alive=keep_alive,
+        **header,
     )
+
+
+#: The settings a trace's header records (SPEC 7's clock among them), in the table's order.
+_HEADER = tuple(setting.trace for setting in SETTINGS if setting.trace is not None)
+
+
+def _header(top: _Reader) -> dict[str, Any]:
+    """The settings a trace's header records, by :class:`Trace` field; one that is missing
+    (an older trace) or null is left to the field's default.
+
+    Raises:
+        TraceFileError: a required one is missing, one has a value its setting does not
+            take, or one that needs ``clock_mode`` 'wall' is set on another clock.
+    """
+    header: dict[str, Any] = {}
+    for field in _HEADER:
+        raw = top.value.get(field.key)
+        if field.optional and raw in (None, ""):
+            continue
+        if field.key not in top.value:
+            raise top.error(field.key, "missing")
+        try:
+            header[field.field] = field.decode(raw)
+        except ValueError as exc:
+            raise top.error(field.key, str(exc)) from None
+    mode = SETTING["clock_mode"].trace
+    assert mode is not None
+    wall = header.get(mode.field) == "wall"
+    for setting in SETTINGS:
+        if setting.wall_only and setting.trace and header.get(setting.trace.field) and not wall:
+            raise top.error(setting.trace.key, "needs clock_mode 'wall'")
+    return header
 
 
 def load_trace(path: str | os.PathLike[str]) -> Trace:
