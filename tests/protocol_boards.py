@@ -2,7 +2,8 @@
 
     python tests/protocol_boards.py NAME [PATH]
 
-NAME is ``memory``, ``sqlite`` (a file board whose clients ``connect`` to PATH's file), a
+NAME is ``memory``, ``sqlite`` (a file board whose clients ``connect`` to PATH's file),
+``sqlite-split-claim`` (the same, with a claim that is atomic only inside one process), a
 mutant of the gallery, or a misbehaving child: ``exit`` (dies at start), ``silent`` (never
 answers), ``garbage`` (answers claims with a line that is not JSON).
 
@@ -33,11 +34,12 @@ if PIDDIR and __name__ == "__main__":
     os.close(os.open(os.path.join(PIDDIR, str(os.getpid())), os.O_CREAT | os.O_WRONLY))
 
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from taskboard import Clock, Task
+from taskboard import ClaimRequest, Clock, State, TakenError, Task
 from taskboard._protocol.serve import serve
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import MUTANTS
@@ -57,6 +59,39 @@ def sqlite_file(tasks: Sequence[Task], clock: Clock) -> SQLiteBoard:
     fd, path = tempfile.mkstemp(suffix=".sqlite", prefix="taskboard-protocol-")
     os.close(fd)
     return OwnedFileBoard(tasks, clock, path)
+
+
+class SplitClaimBoard(SQLiteBoard):
+    """Bug: claim checks the task in one transaction and takes it in later ones, under a lock
+    of this process only: atomic among one process's calls, not between processes (the Go
+    board's ``claim-atomic-in-process`` mutant, in Python)."""
+
+    _in_process = threading.Lock()
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        with self._in_process:
+            seen = {task.id: task for task in self.list_tasks()}.get(task_id)
+            if seen is not None and seen.state == State.CLAIMED and seen.lease is not None:
+                until = seen.lease.until
+                if until is None or until > self._clock.now():
+                    raise TakenError(f"task {task_id!r} is held by a live lease of {seen.owner!r}")
+            time.sleep(0.002)  # the round trip between the check and the write
+            with self._transaction() as conn:  # the check said it is free: take it as such
+                conn.execute(
+                    "UPDATE tasks SET state = ? WHERE id = ? AND state = ?",
+                    (State.OPEN.value, task_id, State.CLAIMED.value),
+                )
+            return super().claim(task_id, agent, request)
+
+
+class OwnedSplitClaimBoard(SplitClaimBoard, OwnedFileBoard):
+    """The SplitClaimBoard that ran ``init``: it removes its file when closed."""
+
+
+def split_claim_file(tasks: Sequence[Task], clock: Clock) -> SQLiteBoard:
+    fd, path = tempfile.mkstemp(suffix=".sqlite", prefix="taskboard-protocol-")
+    os.close(fd)
+    return OwnedSplitClaimBoard(tasks, clock, path)
 
 
 #: How long a process the checker left running outlives it (seconds).
@@ -108,6 +143,15 @@ def main(name: str) -> None:
             sqlite_file,
             shape=SQLiteBoard,
             connect=lambda storage, clock: SQLiteBoard((), clock, storage),
+            storage_of=lambda board: board._path,
+            stdin=REQUESTS,
+        )
+        return
+    if name == "sqlite-split-claim":
+        serve(
+            split_claim_file,
+            shape=SQLiteBoard,
+            connect=lambda storage, clock: SplitClaimBoard((), clock, storage),
             storage_of=lambda board: board._path,
             stdin=REQUESTS,
         )

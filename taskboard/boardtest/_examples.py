@@ -131,6 +131,7 @@ class SpecExamples(ContractHarness):
         self, open_board: OpenBoard, clock: ManualClock
     ) -> None:
         """SPEC 2 and 3.1: at exactly until the lease has expired, and a claim takes over."""
+        self.needs_leases_to_expire()
         board = open_board(Task("t1"))
         first = self.claim(board, "t1", "a1", ticks=5)
         clock.advance(5 * self.tick)
@@ -143,6 +144,7 @@ class SpecExamples(ContractHarness):
         self, open_board: OpenBoard, clock: ManualClock
     ) -> None:
         """SPEC 3.1: tokens identify leases, not agents: the same name gets a new token."""
+        self.needs_leases_to_expire()
         board = open_board(Task("t1"))
         first = self.claim(board, "t1", "a1", ticks=1)
         clock.advance(self.tick)
@@ -186,6 +188,7 @@ class SpecExamples(ContractHarness):
         self, open_board: OpenBoard, clock: ManualClock
     ) -> None:
         """SPEC 3.2: a stale holder's late release is LeaseLostError and leaves the new lease."""
+        self.needs_leases_to_expire()
         board = open_board(Task("t1"))
         stale = self.claim(board, "t1", "a1", ticks=1)
         clock.advance(self.tick)
@@ -234,6 +237,7 @@ class SpecExamples(ContractHarness):
         self, open_board: OpenBoard, clock: ManualClock
     ) -> None:
         """SPEC 3.3: after a takeover the old token cannot complete; the new one can."""
+        self.needs_leases_to_expire()
         board = open_board(Task("t1"))
         stale = self.claim(board, "t1", "a1", ticks=2)
         clock.advance(2 * self.tick)
@@ -248,6 +252,7 @@ class SpecExamples(ContractHarness):
         self, open_board: OpenBoard, clock: ManualClock
     ) -> None:
         """SPEC 3.4: release by the current token of an expired lease follows the host's policy."""
+        self.needs_leases_to_expire()
         board = open_board(Task("t1"))
         got = self.claim(board, "t1", ticks=1)
         clock.advance(self.tick)
@@ -294,6 +299,7 @@ class SpecExamples(ContractHarness):
         self, open_board: OpenBoard, clock: ManualClock
     ) -> None:
         """SPEC 3.5: renew never revives a lease; at exactly until it has expired."""
+        self.needs_leases_to_expire()
         board = self.renewing(open_board(Task("t1")))
         got = self.claim(board, "t1", ticks=5)
         clock.advance(5 * self.tick)
@@ -307,6 +313,7 @@ class SpecExamples(ContractHarness):
         self, open_board: OpenBoard, clock: ManualClock
     ) -> None:
         """SPEC 3.5: a stale holder's renew is LeaseLostError and leaves the new holder's lease."""
+        self.needs_leases_to_expire()
         board = self.renewing(open_board(Task("t1")))
         stale = self.claim(board, "t1", "a1", ticks=1)
         clock.advance(self.tick)

@@ -290,6 +290,16 @@ class ContractHarness:
             )
         return board
 
+    def needs_leases_to_expire(self) -> None:
+        """Skip the test, with the reason, when the board renews its leases by itself
+        (``keep_alive_interval``): none expires while its holder lives, and the state
+        machine checks the keep-alive instead (that it ends with the lease)."""
+        if self.keep_alive_interval is not None:
+            pytest.skip(
+                "keep_alive_interval: the board renews every held lease by itself, so no "
+                "lease expires here; test_state_machine checks that its keep-alive ends"
+            )
+
     @staticmethod
     def failing(board: Board) -> FailingBoard:
         """The board as a FailingBoard; skips the test, with the reason, when it is not one."""
