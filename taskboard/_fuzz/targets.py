@@ -157,8 +157,9 @@ def machine_for_target(target: str) -> type[BoardMachine]:
     of a BoardContract subclass or of a machine's TestCase, or a machine around a board
     factory ``(tasks, clock) -> Board``.
 
-    A factory's ``clock_resolution`` and ``expired_lease_policy`` attributes, when it has
-    them, are used; a board with a ``close()`` method is closed after each example.
+    A factory's own settings (``clock_resolution``, ``clock_mode``, ``expired_lease_policy``,
+    ...: those :meth:`BoardMachine.for_board` takes), when it has them, are used; a board
+    with a ``close()`` method is closed after each example.
 
     Raises:
         UsageError: the target cannot be found, is another test class, or is neither a
