@@ -29,7 +29,8 @@ from taskboard.model._model import errors_in
 from taskboard.stateful._client_clocks import client_clocks
 from taskboard.stateful._config import SNAPSHOT_ATTEMPTS, MachineConfig
 from taskboard.stateful._hypothesis import in_final_replay
-from taskboard.stateful._trace import render_step, signed_offset
+from taskboard.stateful._steps import render_step
+from taskboard.stateful._trace import signed_offset
 from taskboard.stateful._tracefile import Trace, Verdict, write_trace
 
 __all__ = [
