@@ -27,6 +27,7 @@ from taskboard.hosts.nemesis_mutants import (
 )
 from taskboard.model import BoardModel, Call, ContractViolation, Op, Outcome
 from taskboard.stateful import (
+    SCHEMA_VERSION,
     BoardMachine,
     InfrastructureFault,
     load_trace,
@@ -304,13 +305,13 @@ def test_the_parallel_mode_restarts_in_the_prefix() -> None:
 
 
 def test_a_nemesis_trace_writes_reads_and_replays(tmp_path: Path) -> None:
-    """A failing trace with a restart is written as version 3, read back, and replays to the
+    """A failing trace with a restart is written in this version, read back, and replays to the
     same violation on the board class; a board without the hook cannot replay it."""
     machine = type("Traced", (machine_for(SnapshotClaimsDurable),), {"trace_dir": str(tmp_path)})
     violation_of(machine)
     (path,) = tmp_path.glob("*.json")
     document = json.loads(path.read_text())
-    assert document["version"] == 3
+    assert document["version"] == SCHEMA_VERSION
     assert {"kind": "nemesis", "hook": "restart"}.items() <= document["steps"][-1].items()
     trace = load_trace(path)
     assert trace.steps[-1].nemesis == "restart"

@@ -29,7 +29,7 @@ from taskboard.stateful import (
     violations_in,
 )
 from taskboard.stateful._parallel import run_parallel_state_machine
-from taskboard.stateful._tracefile import ParallelOp, ParallelProgram
+from taskboard.stateful._steps import ActStep, ClaimStep, ParallelProgram
 
 #: The CI profile's settings for the parallel mode: derandomized, 200 programs.
 PARALLEL = settings(
@@ -141,7 +141,7 @@ def test_a_bad_program_in_a_trace_is_named_by_its_path() -> None:
     """A parallel trace with a bad operation is a TraceFileError naming the field."""
     machine = BoardMachine.for_board(MemoryBoard)()
     machine.start(deps={"t1": (), "t2": (), "t3": ()}, start_ticks=0)
-    program = ParallelProgram({"t1": (), "t2": (), "t3": ()}, (), ((ParallelOp("claim", "t1"),),))
+    program = ParallelProgram({"t1": (), "t2": (), "t3": ()}, (), ((ClaimStep("t1"),),))
     trace = dataclasses.replace(machine.to_trace(), program=program)
     text = trace_to_json(trace).replace('"op": "claim"', '"op": "clam"')
     with pytest.raises(TraceFileError, match=r"program\.threads\[0\]\[0\]\.op: 'clam'"):
@@ -152,15 +152,15 @@ def test_operations_that_need_not_race_move_into_the_prefix() -> None:
     """After shrinking, a thread's scene-setting first call moves into the sequential prefix."""
     from taskboard.stateful._parallel import _move_into_prefix
 
-    release = ParallelOp("release", "t1", token="latest")
+    release = ActStep("release", "t1", token="latest")
     program = ParallelProgram(
         {"t1": (), "t2": (), "t3": ()},
         (),
-        ((release, ParallelOp("claim", "t1", "a1")), (ParallelOp("claim", "t1", "a2"),)),
+        ((release, ClaimStep("t1", "a1")), (ClaimStep("t1", "a2"),)),
     )
     simpler = _move_into_prefix(BoardMachine.for_board(NonAtomicClaim), program)
     assert simpler.prefix == (release,)
     assert simpler.threads == (
-        (ParallelOp("claim", "t1", "a1"),),
-        (ParallelOp("claim", "t1", "a2"),),
+        (ClaimStep("t1", "a1"),),
+        (ClaimStep("t1", "a2"),),
     )

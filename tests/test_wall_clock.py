@@ -63,9 +63,9 @@ from taskboard.stateful import (
     trace_to_json,
 )
 from taskboard.stateful._config import wall_ttl_unit
-from taskboard.stateful._replay import _RecordedUntils
 from taskboard.stateful._reports import failures_reported
 from taskboard.stateful._session import ExampleStats, Session, end_example, on_example_end
+from taskboard.stateful._steps._base import RecordedUntils
 from taskboard.stateful._trace import format_offset
 
 MS = timedelta(milliseconds=1)
@@ -592,7 +592,7 @@ def test_replay_lands_as_far_from_the_replayed_until_as_recorded() -> None:
         session.perform(Call(Op.CLAIM, "t1", agent="a1", ttl=50 * MS))
         replayed_until = session.untils[next(iter(session.labels))]
         assert replayed_until is not None
-        leases = _RecordedUntils()
+        leases = RecordedUntils()
         recorded_until = T0 + 20 * MS
         lease = Lease("original-token", 1, recorded_until)
         claimed = Task("t1", state=State.CLAIMED, owner="a1", lease=lease, seq=1)

@@ -15,17 +15,13 @@ from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    Bundle,
     RuleBasedStateMachine,
     initialize,
-    multiple,
-    precondition,
-    rule,
 )
 
 from taskboard._clock import Clock, ClockMode
 from taskboard._contract import Board, Task
-from taskboard.model import BoardModel, Call, ExpiredLeasePolicy, Op, Step
+from taskboard.model import BoardModel, ExpiredLeasePolicy, Step
 from taskboard.stateful._command import exec_machine
 from taskboard.stateful._config import (
     MachineConfig,
@@ -35,24 +31,12 @@ from taskboard.stateful._config import (
     hook_stub,
 )
 from taskboard.stateful._generation import (
-    AGENTS,
-    AT_EXPIRY,
-    BOOLEANS,
-    HOLDERS,
-    NEVER_ISSUED,
-    RENEW_TTL_TICKS,
     TASK_IDS,
-    TOKEN_OPS,
-    TTL_TICKS,
-    UNKNOWN_TASK_ID,
-    WRONG_TOKENS,
-    LeaseRef,
     dependency_graphs,
     grid_start,
     is_acyclic,
 )
 from taskboard.stateful._hypothesis import (
-    choice,
     key_database_by,
     state_machine_test_case,
     use_rule_draws,
@@ -61,7 +45,7 @@ from taskboard.stateful._parallel import parallel_test_case
 from taskboard.stateful._reports import failures_reported
 from taskboard.stateful._session import Session, end_example
 from taskboard.stateful._settings import SETTINGS, default
-from taskboard.stateful._trace import forge, token_ref
+from taskboard.stateful._steps import LEASES, machine_rules
 from taskboard.stateful._tracefile import Trace, Verdict
 
 __all__ = ["BoardFactory", "BoardMachine", "close_own"]
@@ -104,26 +88,6 @@ def _async_make_board(factory: Callable[..., Any]) -> Callable[..., Any]:
         return await factory(tasks, clock)
 
     return make_board
-
-
-@precondition(lambda self: "restart" in self.config.nemesis)
-@rule()
-def restart(self: BoardMachine) -> None:
-    """Restart the storage (``restart_storage``), then judge the snapshot by SPEC 9."""
-    self.run_nemesis("restart")
-
-
-@precondition(lambda self: "drop" in self.config.nemesis)
-@rule()
-def drop(self: BoardMachine) -> None:
-    """Kill the board's connections (``drop_connections``); the next calls meet that."""
-    self.run_nemesis("drop")
-
-
-#: The nemesis rules, which a machine class with the hooks gets as its methods. No spacing
-#: rule: a precondition on the trace would keep the shrinker from deleting the steps before a
-#: restart. Rare enough: one rule of many.
-_NEMESIS_RULES = {"restart": restart, "drop": drop}
 
 
 def _machine_for_board(
@@ -202,20 +166,6 @@ class _ParallelTestCaseProperty:
 
     def __get__(self, obj: object, owner: type[BoardMachine]) -> Any:
         return parallel_test_case(owner)
-
-
-def _no_new_lease(session: Session, task_id: str) -> Any:
-    """What a claim that returned no lease adds to the ``leases`` bundle: nothing, or, where an
-    outcome may differ between runs of one example (the wall clock, tolerated faults), the
-    task's latest lease (one never issued if it has none): what Hypothesis draws may not
-    differ."""
-    if not session.config.outcomes_vary:
-        return multiple()
-    latest = session.latest_lease(task_id)
-    if latest is None:
-        return LeaseRef("never issued", task_id, NEVER_ISSUED, 0, "")
-    label = session.label(latest.token)
-    return LeaseRef(label, task_id, latest.token, latest.fence, latest.agent)
 
 
 class BoardMachine(RuleBasedStateMachine):
@@ -311,7 +261,7 @@ class BoardMachine(RuleBasedStateMachine):
     trace_dir: ClassVar[str | None] = default("trace_dir")
     trace_target: ClassVar[str | None] = default("trace_target")
 
-    leases = Bundle("leases")
+    leases = LEASES
     TestCase = _TestCaseProperty()
     ParallelTestCase = _ParallelTestCaseProperty()
 
@@ -330,9 +280,9 @@ class BoardMachine(RuleBasedStateMachine):
         # The nemesis rules exist only on classes with the hooks: on every other class a
         # rule that is never enabled would still cost each step a rejected draw.
         super().__init_subclass__(**kwargs)
-        for kind in defined_nemesis(cls):
-            if kind not in cls.__dict__:
-                setattr(cls, kind, _NEMESIS_RULES[kind])
+        for name, rule_function in machine_rules(defined_nemesis(cls)).items():
+            if not hasattr(cls, name):
+                setattr(cls, name, rule_function)
 
     # -- the class, checked --------------------------------------------------------------------
 
@@ -582,136 +532,9 @@ class BoardMachine(RuleBasedStateMachine):
         self.session = self._session_class(self, tasks, grid_start(tick) + start_ticks * tick)
         self.session.observe(None)
 
-    # -- rules: the operations -----------------------------------------------------------------
 
-    @rule(target=leases, task=choice(TASK_IDS), agent=choice(AGENTS), ttl_ticks=TTL_TICKS)
-    def claim(self, task: str, agent: str, ttl_ticks: int) -> Any:
-        """Claim a task for an agent, for ``ttl_ticks`` clock ticks (0: no expiry)."""
-        session = self._session
-        outcome = session.perform(
-            Call(Op.CLAIM, task, agent=agent, ttl=session.config.lease_ttl(ttl_ticks))
-        )
-        if outcome.task is None or outcome.task.lease is None or not outcome.ok:
-            return _no_new_lease(session, task)
-        lease = outcome.task.lease
-        return LeaseRef(session.labels[lease.token], task, lease.token, lease.fence, agent)
-
-    @rule(target=leases, lease=leases, same_agent=BOOLEANS, ttl_ticks=TTL_TICKS)
-    def reclaim(self, lease: LeaseRef, same_agent: bool, ttl_ticks: int) -> Any:
-        """Claim the task of an earlier lease again, as the same agent name or another one:
-        a takeover once that lease has expired, and a same-name holder with a new token."""
-        agent = lease.agent if same_agent else ("a2" if lease.agent == "a1" else "a1")
-        return self.claim(lease.task_id, agent, ttl_ticks)
-
-    @precondition(lambda self: self._session.renewing)
-    @rule(task=choice(TASK_IDS), ttl_ticks=RENEW_TTL_TICKS, holder=choice(HOLDERS))
-    def renew(self, task: str, ttl_ticks: int, holder: str) -> None:
-        """Renew ``task`` as its latest lease's holder, or as the holder before (stale)."""
-        session = self._session
-        token = session.token_of(task, holder) or NEVER_ISSUED
-        session.perform(Call(Op.RENEW, task, token=token, ttl=session.config.lease_ttl(ttl_ticks)))
-
-    @rule(task=choice(TASK_IDS), holder=choice(HOLDERS))
-    def release(self, task: str, holder: str) -> None:
-        """Release ``task`` as its latest lease's holder, or as the holder before (stale)."""
-        self._act_as_holder(Op.RELEASE, task, holder)
-
-    @rule(task=choice(TASK_IDS), holder=choice(HOLDERS))
-    def complete(self, task: str, holder: str) -> None:
-        """Complete ``task`` as its latest lease's holder, or as the holder before (stale)."""
-        self._act_as_holder(Op.COMPLETE, task, holder)
-
-    @precondition(lambda self: self._session.failing)
-    @rule(task=choice(TASK_IDS), holder=choice(HOLDERS))
-    def fail(self, task: str, holder: str) -> None:
-        """Fail ``task`` as its latest lease's holder, or as the holder before (stale)."""
-        self._act_as_holder(Op.FAIL, task, holder)
-
-    def _act_as_holder(self, op: Op, task: str, holder: str) -> None:
-        session = self._session
-        session.perform(Call(op, task, token=session.token_of(task, holder) or NEVER_ISSUED))
-
-    @rule(op=choice(TOKEN_OPS), lease=leases, ttl_ticks=TTL_TICKS)
-    def act_with_lease(self, op: str, lease: LeaseRef, ttl_ticks: int) -> None:
-        """Act on a lease's task with its token: often a stale holder acting late."""
-        session = self._session
-        if session.supports(op):
-            ttl = session.config.lease_ttl(ttl_ticks)
-            session.perform(Call(Op(op), lease.task_id, token=lease.token, ttl=ttl))
-
-    @rule(op=choice(TOKEN_OPS), task=choice(TASK_IDS), how=choice(WRONG_TOKENS))
-    def act_with_wrong_token(self, op: str, task: str, how: str) -> None:
-        """Act on ``task`` with a token that is not its latest lease's: another task's latest
-        token, or a forgery of its own (close to the real one, as a buggy compare would see)."""
-        session = self._session
-        if not session.supports(op):
-            return
-        if how == "another task's":
-            others = TASK_IDS[TASK_IDS.index(task) + 1 :] + TASK_IDS[: TASK_IDS.index(task)]
-            token = next((t for o in others if (t := session.token_of(o, "latest"))), NEVER_ISSUED)
-            session.perform(Call(Op(op), task, token=token, ttl=session.ttl_unit))
-            return
-        real = session.token_of(task, "latest")
-        if real:
-            ref = token_ref(real, session.labels, forgery=how, of=real)
-        else:
-            real, ref = NEVER_ISSUED, ""
-        session.perform(Call(Op(op), task, token=forge(real, how), ttl=session.ttl_unit), ref)
-
-    @rule(op=choice(("claim", *TOKEN_OPS)), task=choice(TASK_IDS), unknown=BOOLEANS)
-    def misuse(self, op: str, task: str, unknown: bool) -> None:
-        """Any operation on an id no task has (``unknown``); else a claim with an empty agent,
-        or an action with a token nobody issued."""
-        session = self._session
-        if not session.supports(op):
-            return
-        task_id = UNKNOWN_TASK_ID if unknown else task
-        agent = "a1" if unknown else ""
-        session.perform(Call(Op(op), task_id, agent=agent, token="", ttl=session.ttl_unit))
-
-    # -- rules: the clock ----------------------------------------------------------------------
-
-    @rule(ticks=st.integers(1, 5))
-    def advance_clock(self, ticks: int) -> None:
-        """Move the clock forward by a few ticks (long leases end by ``at_expiry``); on the wall
-        clock, sleep a few TTL units and a half (on a coarse unit, one and a half), to land
-        between expiry boundaries rather than on one (``at_expiry`` covers the boundaries)."""
-        session = self._session
-        unit = session.ttl_unit
-        ticks = min(ticks, session.config.longest_clock_step)
-        step = ticks * unit + (unit / 2 if session.wall else timedelta(0))
-        session.move_clock(session.clock.now() + step, "", blind=True)
-
-    # On the wall clock whether a lease is still ahead depends on timing, and with tolerated
-    # faults on whether a claim met one, so the rule is then always enabled (Hypothesis needs
-    # the same rules enabled whenever an example replays).
-    @precondition(lambda self: self._session.config.outcomes_vary or bool(self._session.expiring()))
-    @rule(
-        target=leases,
-        which=choice(range(len(TASK_IDS))),
-        early=BOOLEANS,
-        then=choice(AT_EXPIRY),
-        agent=choice(AGENTS),
-        ttl_ticks=TTL_TICKS,
-    )
-    def at_expiry(self, which: int, early: bool, then: str, agent: str, ttl_ticks: int) -> Any:
-        """Move the clock to exactly a live lease's ``until`` (or one tick before it), then act
-        on its task at once: claim it as ``agent``, act with the lease's token, or nothing
-        (boundary bugs live exactly here). On the wall clock, sleep to just before or after
-        ``until``; with no lease ending soon, claim one of one TTL unit for ``agent`` first."""
-        session = self._session
-        expiring = session.expiring()
-        if not expiring:  # outcomes vary (see the precondition): make a lease that ends soon
-            self.claim(TASK_IDS[which], agent, 1)
-            expiring = session.expiring()
-        if not expiring:
-            return _no_new_lease(session, TASK_IDS[which])
-        task_id, token, until = expiring[which % len(expiring)]
-        made = _no_new_lease(session, task_id)  # the same count of leases whichever way it went
-        session.land_at_expiry(token, until, early=early)
-        if then == "claim":
-            return self.claim(task_id, agent, ttl_ticks)
-        if then != "nothing" and session.supports(then):
-            ttl = session.config.lease_ttl(ttl_ticks)
-            session.perform(Call(Op(then), task_id, token=token, ttl=ttl))
-        return made
+# The rules are the kinds of step's (taskboard/stateful/_steps): each is a method of the
+# machine, named as Hypothesis prints it. The nemesis rules join a class that defines the
+# hooks (see __init_subclass__).
+for _name, _rule in machine_rules(()).items():
+    setattr(BoardMachine, _name, _rule)

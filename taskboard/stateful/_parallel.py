@@ -20,7 +20,6 @@ import threading
 import time
 import unittest
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from hypothesis import given, settings
@@ -33,7 +32,6 @@ from taskboard.model import (
     Call,
     ContractViolation,
     LinearizabilityResult,
-    Op,
     Operation,
     Outcome,
     Window,
@@ -44,7 +42,6 @@ from taskboard.stateful._client_clocks import client_clock
 from taskboard.stateful._config import MachineConfig
 from taskboard.stateful._generation import (
     AGENTS,
-    NEVER_ISSUED,
     TASK_IDS,
     dependency_graphs,
     grid_start,
@@ -62,13 +59,21 @@ from taskboard.stateful._session import (
     Session,
     end_example,
 )
+from taskboard.stateful._steps import (
+    ActStep,
+    ClaimStep,
+    ExpiryStep,
+    ParallelProgram,
+    ProgramDraw,
+    ProgramStep,
+    program_steps,
+)
 from taskboard.stateful._timeline import lane_name, micros_text, timeline_html
-from taskboard.stateful._trace import NEMESIS_HOOKS, format_offset, render_call
-from taskboard.stateful._tracefile import ParallelOp, ParallelProgram, Verdict
+from taskboard.stateful._trace import render_call
+from taskboard.stateful._tracefile import Verdict
 
 __all__ = [
     "RUNS_PER_PROGRAM",
-    "ParallelOp",
     "ParallelProgram",
     "parallel_test_case",
     "run_parallel_state_machine",
@@ -78,39 +83,12 @@ __all__ = [
 RUNS_PER_PROGRAM = 3
 #: Seconds a thread suffix may take before the run counts as hung.
 THREAD_TIMEOUT = 30.0
-#: Whose token an action in a thread uses: the task's latest lease when the threads start,
-#: the one before it, or the one this thread's own last claim of the task returned.
-TOKENS = ("mine", "latest", "previous")
-#: The choices as drawn in threads: the shared latest token twice as often as the others.
-THREAD_TOKENS = ("latest", "mine", "latest", "previous")
-_TTLS = (0, 1, 5, 10_000)
 
 
-def _ops(*, in_prefix: bool, nemesis: tuple[str, ...] = ()) -> st.SearchStrategy[ParallelOp]:
-    # Races need collisions: most calls go to the first task, most actions complete or renew
-    # with the token the task has when the threads start, and the prefix mostly claims.
+def _steps(*, in_prefix: bool, nemesis: tuple[str, ...] = ()) -> st.SearchStrategy[ProgramStep]:
+    # Races need collisions: most calls go to the first task.
     tasks = st.sampled_from((TASK_IDS[0], TASK_IDS[0], TASK_IDS[0], *TASK_IDS[1:]))
-    claims = st.builds(
-        ParallelOp, st.just("claim"), tasks, st.sampled_from(AGENTS), st.just("latest"),
-        st.sampled_from(_TTLS),
-    )  # fmt: skip
-    actions = st.builds(
-        ParallelOp,
-        st.sampled_from(("complete", "renew", "complete", "release", "fail")),
-        tasks,
-        st.just("a1"),
-        st.sampled_from(("latest", "previous") if in_prefix else THREAD_TOKENS),
-        st.sampled_from(_TTLS),
-    )
-    if not in_prefix:
-        return st.one_of(claims, actions)
-    advances = st.builds(ParallelOp, st.just("advance"), tasks, ttl_ticks=st.integers(1, 5))
-    # The threads then race at a lease's expiry: a takeover against a renew or a complete.
-    expiries = st.builds(ParallelOp, st.just("expiry"), tasks, ttl_ticks=st.integers(0, 1))
-    if nemesis:  # SPEC 9: a restart or a drop in the prefix, so the threads race right after it
-        storage = st.builds(ParallelOp, st.sampled_from(nemesis), st.just(TASK_IDS[0]))
-        return st.one_of(claims, claims, actions, advances, expiries, storage)
-    return st.one_of(claims, claims, actions, advances, expiries)
+    return program_steps(ProgramDraw(tasks, in_prefix, nemesis))
 
 
 def programs(nemesis: tuple[str, ...] = ()) -> st.SearchStrategy[ParallelProgram]:
@@ -121,7 +99,7 @@ def programs(nemesis: tuple[str, ...] = ()) -> st.SearchStrategy[ParallelProgram
         ParallelProgram,
         # Half the programs have no dependencies at all, so every task can be raced for.
         st.one_of(st.just(dict.fromkeys(TASK_IDS, ())), dependency_graphs()),
-        st.lists(_ops(in_prefix=True, nemesis=nemesis), max_size=6).map(tuple),
+        st.lists(_steps(in_prefix=True, nemesis=nemesis), max_size=6).map(tuple),
         _thread_lists(),
     )
     return st.one_of(general, general, general, expiry_races())
@@ -134,26 +112,25 @@ def expiry_races(draw: st.DrawFn) -> ParallelProgram:
     writes in two steps lets a takeover land in between, which only a race at the boundary
     shows (on the wall clock, the threads run across it)."""
     task = TASK_IDS[0]
-    claim = ParallelOp("claim", task, draw(st.sampled_from(AGENTS)), "latest", 1)
-    expiry = ParallelOp("expiry", task, ttl_ticks=draw(st.integers(0, 3)))
-    racer = st.builds(
-        ParallelOp,
-        st.sampled_from(("claim", "renew", "complete", "claim", "release")),
-        st.just(task),
-        st.sampled_from(AGENTS),
-        st.just("latest"),
-        st.sampled_from((1, 5)),
-    )
+    claim = ClaimStep(task, draw(st.sampled_from(AGENTS)), 1)
+    expiry = ExpiryStep(task, draw(st.integers(0, 3)))
+    ticks = st.sampled_from((1, 5))
+    claims = st.builds(ClaimStep, st.just(task), st.sampled_from(AGENTS), ticks)
+
+    def acts(op: str) -> st.SearchStrategy[ActStep]:
+        return st.builds(ActStep, st.just(op), st.just(task), st.just("latest"), ticks)
+
+    racer = st.one_of(claims, *(acts(op) for op in ("renew", "complete")), claims, acts("release"))
     threads = draw(st.lists(st.lists(racer, min_size=1, max_size=2), min_size=2, max_size=4))
     deps: dict[str, tuple[str, ...]] = dict.fromkeys(TASK_IDS, ())
     return ParallelProgram(deps, (claim, expiry), tuple(map(tuple, threads)))
 
 
 @st.composite
-def _thread_lists(draw: st.DrawFn) -> tuple[tuple[ParallelOp, ...], ...]:
+def _thread_lists(draw: st.DrawFn) -> tuple[tuple[ProgramStep, ...], ...]:
     # The other threads often repeat the first one's calls: the same call made twice at
     # once (two claims, two completes with one token) is the race most stores lose.
-    suffix = st.lists(_ops(in_prefix=False), min_size=1, max_size=4).map(tuple)
+    suffix = st.lists(_steps(in_prefix=False), min_size=1, max_size=4).map(tuple)
     first = draw(suffix)
     others = draw(st.lists(st.one_of(st.just(first), suffix), min_size=1, max_size=3))
     return (first, *others)
@@ -215,16 +192,8 @@ def run_program(
         tasks = [Task(id=t, title=f"task {t}", deps=program.deps[t]) for t in TASK_IDS]
         session = Session(hooks, tasks, grid_start(hooks.config.resolution), parallel=True)
         session.observe(None)
-        for op in program.prefix:
-            if op.op == "advance":
-                ahead = session.clock.now() + op.ttl_ticks * session.ttl_unit
-                session.move_clock(ahead, "", blind=True)
-            elif op.op == "expiry":
-                _move_to_expiry(session, op)
-            elif op.op in NEMESIS_HOOKS:
-                session.run_nemesis(op.op)
-            elif op.op == "claim" or session.supports(op.op):
-                session.perform(_call(session, op, {}))
+        for step in program.prefix:
+            step.run(session)
         history, snapshot = _run_threads(session, program.threads)
         session.concurrent_calls.update(
             (op.call.op.value, "ambiguous" if op.outcome is None else op.outcome.error or "ok")
@@ -249,35 +218,6 @@ def run_program(
             raise error
     finally:
         end_example(session, parallel=True)
-
-
-#: On the wall clock, how far before a lease's until the threads of an expiry race start, per
-#: step of the op's ``ttl_ticks`` + 1: they take a fraction of a millisecond to get going.
-EXPIRY_LEAD = timedelta(microseconds=500)
-
-
-def _move_to_expiry(session: Session, op: ParallelOp) -> None:
-    """Move the clock to ``op.task``'s lease's until (``ttl_ticks`` 0) or one tick before it, so
-    the threads race at its expiry. On the wall clock, sleep to ``ttl_ticks + 1`` times
-    :data:`EXPIRY_LEAD` before it, so that the threads run across it. No lease ending soon:
-    no move."""
-    task = session.model.task(op.task)
-    lease = task.lease if task is not None else None
-    now = session.clock.now()
-    if lease is None or lease.until is None or lease.until <= now:
-        return
-    until = lease.until
-    if session.wall:
-        if until - now > session.config.longest_wait * session.ttl_unit:
-            return
-        lead = (op.ttl_ticks + 1) * EXPIRY_LEAD
-        target, where = until - lead, f"{format_offset(lead)} before"
-    elif op.ttl_ticks == 0:
-        target, where = until, "exactly at"
-    else:
-        target, where = until - session.tick, "one tick before"
-    label = session.label(lease.token)
-    session.move_clock(max(target, now), f"to {where} {label}'s until, for the threads")
 
 
 def _rerun(
@@ -324,26 +264,12 @@ def _move_into_prefix(
     return program
 
 
-def _call(session: Session, op: ParallelOp, mine: dict[str, str]) -> Call:
-    ttl = session.config.lease_ttl(op.ttl_ticks)
-    if op.op == "claim":
-        return Call(Op.CLAIM, op.task, agent=op.agent, ttl=ttl)
-    if op.token == "mine" and op.task in mine:
-        token = mine[op.task]
-    else:
-        holder = "previous" if op.token == "previous" else "latest"
-        token = session.token_of(op.task, holder) or NEVER_ISSUED
-    return Call(Op(op.op), op.task, token=token, ttl=ttl)
-
-
 def _run_threads(
-    session: Session, threads: Sequence[Sequence[ParallelOp]]
+    session: Session, threads: Sequence[Sequence[ProgramStep]]
 ) -> tuple[list[Operation], list[Any]]:
     board = session.board
     clock, wall, skew = session.clock, session.wall, session.skew
-    supported = [
-        [op for op in ops if op.op == "claim" or session.supports(op.op)] for ops in threads
-    ]
+    supported = [[step for step in steps if session.supports(step.op)] for steps in threads]
     if session.config.processes:
         return _run_processes(session, supported)
     # SPEC 8: with clients, every thread calls a client of its own, as another process would.
@@ -360,8 +286,9 @@ def _run_threads(
             barrier.wait(timeout=THREAD_TIMEOUT)
         except threading.BrokenBarrierError:
             return
-        for op in supported[index]:
-            call = _call(session, op, mine)
+        for step in supported[index]:
+            call = step.call(session, mine)
+            assert call is not None, f"{step} is no step of a racing thread"
             started = clock.now()
             invoked = time.monotonic()
             outcome: Outcome | None
@@ -408,12 +335,18 @@ def _run_threads(
     return history, snapshot
 
 
+def _thread_call(session: Session, step: ProgramStep) -> Call:
+    call = step.call(session, {})
+    assert call is not None, f"{step} is no step of a racing thread"
+    return call
+
+
 def _run_processes(
-    session: Session, threads: Sequence[Sequence[ParallelOp]]
+    session: Session, threads: Sequence[Sequence[ProgramStep]]
 ) -> tuple[list[Operation], list[Any]]:
     """Each thread of the program in a worker process of its own, on a client it opens from
     the board's address (SPEC 8); the history as :func:`_run_threads` makes it."""
-    calls = [[(op, _call(session, op, {})) for op in ops] for ops in threads if ops]
+    calls = [[(step, _thread_call(session, step)) for step in steps] for steps in threads if steps]
     try:
         records = run_in_processes(session.made_board, calls, THREAD_TIMEOUT)
     except TypeError:

@@ -15,7 +15,6 @@ and start together at an instant on the system-wide monotonic clock.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import math
 import multiprocessing
 import pickle
@@ -30,7 +29,7 @@ from taskboard._clock import SystemClock
 from taskboard._driver import DirectDriver, LoopDriver, driven, is_async_board
 from taskboard.model import Call, Outcome
 from taskboard.model._calls import is_infrastructure_fault
-from taskboard.stateful._tracefile import ParallelOp
+from taskboard.stateful._steps import ProgramStep
 
 __all__ = ["ProcessRecord", "address_of", "run_in_processes"]
 
@@ -73,7 +72,7 @@ def address_of(board: object) -> bytes:
 
 
 def _run_thread(
-    address: bytes, ops: Sequence[tuple[ParallelOp, Call]], start_at: float
+    address: bytes, ops: Sequence[tuple[ProgramStep, Call]], start_at: float
 ) -> list[ProcessRecord]:
     """In a worker process: open a client from ``address``, wait for the start, make the calls."""
     board = pickle.loads(address)
@@ -86,8 +85,7 @@ def _run_thread(
         while (left := start_at - time.monotonic()) > 0:
             time.sleep(left)
         for op, call in ops:
-            if op.token == "mine" and op.task in mine:
-                call = dataclasses.replace(call, token=mine[op.task])
+            call = op.own_token(call, mine)
             started = clock.now()
             invoked = time.monotonic()
             outcome: Outcome | None
@@ -120,7 +118,7 @@ def _worker_pool() -> ProcessPoolExecutor:
 
 
 def run_in_processes(
-    board: object, threads: Sequence[Sequence[tuple[ParallelOp, Call]]], timeout: float
+    board: object, threads: Sequence[Sequence[tuple[ProgramStep, Call]]], timeout: float
 ) -> list[list[ProcessRecord]] | None:
     """Run each thread's calls in a worker process of its own, all from one start instant.
 

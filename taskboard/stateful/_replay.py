@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any, cast
 
-from taskboard._clock import as_utc
-from taskboard.model import ContractViolation, Op, Step
+from taskboard.model import ContractViolation
 from taskboard.stateful._config import defined_nemesis
 from taskboard.stateful._machine import BoardFactory, BoardMachine
 from taskboard.stateful._parallel import RUNS_PER_PROGRAM, run_program
 from taskboard.stateful._reports import failures_reported
 from taskboard.stateful._session import Session, end_example
 from taskboard.stateful._settings import SETTINGS
-from taskboard.stateful._trace import NEMESIS_HOOKS, resolve_token
+from taskboard.stateful._steps import Replay, replay_step
+from taskboard.stateful._trace import NEMESIS_HOOKS
 from taskboard.stateful._tracefile import Trace
 
 __all__ = ["ReplayResult", "replay_trace"]
@@ -85,7 +82,7 @@ def missing_nemesis(trace: Trace, board: BoardFactory | type[BoardMachine]) -> s
     """Why ``board`` cannot replay ``trace``'s nemesis steps, or ``""`` when it can."""
     kinds = [step.nemesis for step in trace.steps if step.nemesis]
     if trace.program is not None:
-        kinds += [op.op for op in trace.program.prefix if op.op in NEMESIS_HOOKS]
+        kinds += [step.op for step in trace.program.prefix if step.op in NEMESIS_HOOKS]
     defined = defined_nemesis(_machine_for(board, trace)) if kinds else ()
     hooks = sorted({NEMESIS_HOOKS[kind] for kind in kinds if kind not in defined})
     if not hooks:
@@ -128,76 +125,22 @@ def _machine_for(board: BoardFactory | type[BoardMachine], trace: Trace) -> type
     return BoardMachine.for_board(cast(BoardFactory, board), **restored)
 
 
-class _RecordedUntils:
-    """The until of each lease as the recording saw it, by label (``L3``): on the wall clock a
-    step that landed just before or after a lease's until lands as close to it on replay."""
-
-    def __init__(self) -> None:
-        self.labels: dict[str, str] = {}
-        self.untils: dict[str, datetime] = {}
-
-    def follow(self, step: Step) -> None:
-        """Note the lease a recorded claim or renew returned."""
-        outcome = step.outcome
-        lease = outcome.task.lease if outcome and outcome.ok and outcome.task else None
-        if lease is None or not isinstance(lease.token, str):
-            return
-        label = self.labels.setdefault(lease.token, f"L{len(self.labels) + 1}")
-        if isinstance(lease.until, datetime):
-            self.untils[label] = as_utc(lease.until)
-
-    def anchored(self, step: Step, session: Session) -> datetime | None:
-        """Where a clock step that landed near a lease's until lands on replay, or ``None``."""
-        landed = re.search(r"(L\d+)'s until", step.note)
-        if landed is None or landed.group(1) not in self.untils:
-            return None
-        label = landed.group(1)
-        token = session.token_labelled(label)
-        until = session.untils.get(token) if token is not None else None
-        if until is None:
-            return None
-        return until + (step.at + (step.advance or timedelta(0)) - self.untils[label])
-
-
 def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
-    differences: list[str] = []
     steps_run = 0
     session: Session | None = None
+    replay: Replay | None = None
     try:
         session = Session(machine, trace.tasks, trace.start)
         session.observe(None)
-        shift = session.start_time - trace.start  # on the wall clock, the replay starts later
-        leases = _RecordedUntils()
+        # On the wall clock the replay starts later than the recording did.
+        replay = Replay(session, session.start_time - trace.start)
         for step in trace.steps:
             steps_run += 1
-            at = step.at + shift
-            if step.nemesis:
-                session.run_nemesis(step.nemesis)
-                continue
-            if step.call is None:
-                target = at + (step.advance or timedelta(0))
-                if session.wall:  # land as far from the replayed lease's until as recorded
-                    target = leases.anchored(step, session) or target
-                session.move_clock(max(target, session.clock.now()), step.note)
-                continue
-            leases.follow(step)
-            if at > session.clock.now():
-                session.clock_to(at)
-            call = step.call
-            if call.op is not Op.CLAIM and not session.supports(call.op):
-                differences.append(f"step {step.index}: skipped, the board has no {call.op}()")
-                continue
-            if call.op is not Op.CLAIM:
-                tokens = {label: token for token, label in session.labels.items()}
-                call = dataclasses.replace(call, token=resolve_token(step.token_ref, tokens))
-            outcome = session.perform(call, step.token_ref)
-            recorded = step.outcome
-            if recorded is not None and recorded.error != outcome.error:
-                was = recorded.error or "success"
-                now = outcome.error or "success"
-                differences.append(f"step {step.index}: recorded {was}, now {now} (allowed)")
+            replay_step(replay, step)
     except ContractViolation as violation:
-        return ReplayResult(False, steps_run, violation, tuple(differences))
+        differences = () if replay is None else tuple(replay.differences)
+        return ReplayResult(False, steps_run, violation, differences)
     finally:
         end_example(session)
-    return ReplayResult(True, steps_run, None, tuple(differences))
+    assert replay is not None
+    return ReplayResult(True, steps_run, None, tuple(replay.differences))

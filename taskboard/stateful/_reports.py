@@ -30,7 +30,8 @@ from taskboard.stateful._client_clocks import client_clocks
 from taskboard.stateful._config import SNAPSHOT_ATTEMPTS, MachineConfig
 from taskboard.stateful._hypothesis import in_final_replay
 from taskboard.stateful._settings import SETTINGS
-from taskboard.stateful._trace import render_step, signed_offset
+from taskboard.stateful._steps import render_step
+from taskboard.stateful._trace import signed_offset
 from taskboard.stateful._tracefile import Trace, Verdict, write_trace
 
 __all__ = [

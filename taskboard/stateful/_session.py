@@ -36,7 +36,6 @@ from taskboard.model import (
     Step,
     When,
     Window,
-    format_duration,
     is_live,
 )
 from taskboard.model._calls import is_infrastructure_fault
@@ -567,50 +566,6 @@ class Session:
             self.clock.set(target)
         else:
             sleep_until(self.clock, target, stoppable=True)
-
-    def expiring(self) -> list[tuple[str, str, datetime]]:
-        """The live leases that will expire, as (task, token, until); on the wall clock only
-        those that end within the config's ``longest_wait`` TTL units (waiting is real). On
-        the wall clock, when there is none, the leases that ended unclaimed (far enough back
-        that a call now is wholly after their end): on a coarse unit a lease rarely outlives
-        two clock steps, and acting on one late is the holder that slept past its TTL."""
-        now = self.clock.now()
-        ending = [
-            (t.id, t.lease.token, t.lease.until, t.state)
-            for t in self.model.tasks
-            if t.lease is not None and t.lease.until is not None
-        ]
-        if not self.wall:
-            return [(task, token, until) for task, token, until, _ in ending if now < until]
-        last = now + self.config.longest_wait * self.ttl_unit
-        ahead = [(task, token, until) for task, token, until, _ in ending if now < until <= last]
-        if ahead:
-            return ahead
-        settled = now - self.config.past_until
-        return [
-            (task, token, until)
-            for task, token, until, state in ending
-            if state is State.CLAIMED and until <= settled
-        ]
-
-    def land_at_expiry(self, token: str, until: datetime, *, early: bool) -> None:
-        """Move the clock to exactly ``until`` (``early``: one tick before it). On the wall
-        clock, sleep to just before or just after ``until``, by the skew, the resolution and
-        (before) the calls' latency, so the next call's window is on one side of it."""
-        if self.wall:
-            latency = max(self.latencies, default=timedelta(milliseconds=1))
-            after = self.config.past_until
-            before = after + 2 * latency
-            target = until - before if early else until + after
-            where = (
-                f"{format_duration(before)} before" if early else f"{format_duration(after)} after"
-            )
-        else:
-            target = until - self.tick if early else until
-            where = "one tick before" if early else "exactly at"
-        if self.wall and target <= self.clock.now():  # it ended a while ago: act at once
-            return
-        self.move_clock(max(target, self.clock.now()), f"to {where} {self.label(token)}'s until")
 
     # -- clients (SPEC 8) ----------------------------------------------------------------------
 

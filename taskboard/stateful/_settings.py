@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from taskboard._clock import CLOCK_MODES
 from taskboard.model._model import EXPIRED_LEASE_POLICIES
+from taskboard.stateful._fields import Reader, micros
 from taskboard.stateful._trace import NEMESIS_HOOKS
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "checked_setting",
     "checked_settings",
     "default",
+    "micros",
     "milliseconds",
     "nemesis_names",
 ]
@@ -104,45 +106,22 @@ def _as_given(where: str, value: Any) -> Any:
 
 # -- trace files ------------------------------------------------------------------------------
 
-#: A duration longer than any clock could run a trace for (about 30 years), in microseconds.
-_LONGEST_US = 10**15
+
+def _duration_field(*, positive: bool) -> Callable[[Reader, str], Any]:
+    """Reads a duration written by :func:`micros` (non-negative, or ``positive``)."""
+    return lambda reader, key: reader.duration(key, positive=positive)
 
 
-def micros(delta: timedelta) -> int:
-    """``delta`` in whole microseconds, as trace files write durations."""
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+def _text_field(choices: tuple[str, ...] = (), named: str = "") -> Callable[[Reader, str], Any]:
+    """Reads a string: one of ``choices`` (named as ``named`` in the error), when given."""
 
+    def read(reader: Reader, key: str) -> Any:
+        value = reader.get(key, str)
+        if choices and value not in choices:
+            raise reader.error(key, f"expected {named}, got {value!r}")
+        return value
 
-def _kind(value: object) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _micros_field(*, positive: bool) -> Callable[[object], Any]:
-    """Reads a duration written by :func:`micros`; raises ValueError naming the problem."""
-
-    def decode(raw: object) -> Any:
-        if not isinstance(raw, int) or isinstance(raw, bool):
-            raise ValueError(f"expected int, got {_kind(raw)}")
-        if raw > _LONGEST_US:
-            raise ValueError(f"{raw} microseconds is longer than a trace can span")
-        if raw < 0 or (positive and raw == 0):
-            raise ValueError(f"must be {'positive' if positive else 'non-negative'}, got {raw}")
-        return timedelta(microseconds=raw)
-
-    return decode
-
-
-def _text_field(choices: tuple[str, ...] = (), named: str = "") -> Callable[[object], Any]:
-    """Reads a string (one of ``choices``, named as ``named`` in the error, when given)."""
-
-    def decode(raw: object) -> Any:
-        if not isinstance(raw, str):
-            raise ValueError(f"expected str, got {_kind(raw)}")
-        if choices and raw not in choices:
-            raise ValueError(f"expected {named}, got {raw!r}")
-        return raw
-
-    return decode
+    return read
 
 
 def _duration_json(value: Any) -> object:
@@ -168,8 +147,8 @@ class TraceField:
     field: str
     #: The value as JSON.
     encode: Callable[[Any], object]
-    #: The value of a JSON value; raises ValueError naming the problem (``must be positive``).
-    decode: Callable[[object], Any]
+    #: Reads the value at ``key`` of the header; raises TraceFileError naming the problem.
+    read: Callable[[Reader, str], Any]
     optional: bool = True
 
 
@@ -261,7 +240,7 @@ SETTINGS: tuple[Setting, ...] = (
         for_board=True,
         criteria=True,
         trace=TraceField(
-            "resolution_us", "resolution", micros, _micros_field(positive=True), optional=False
+            "resolution_us", "resolution", micros, _duration_field(positive=True), optional=False
         ),
         replay="trace",
     ),
@@ -287,7 +266,7 @@ SETTINGS: tuple[Setting, ...] = (
         config="skew",
         for_board=True,
         criteria=True,
-        trace=TraceField("clock_skew_us", "skew", micros, _micros_field(positive=False)),
+        trace=TraceField("clock_skew_us", "skew", micros, _duration_field(positive=False)),
         replay="trace",
         fuzz=FuzzFlag("clock_skew", milliseconds, wall_only="the manual clock has no skew"),
     ),
@@ -301,7 +280,7 @@ SETTINGS: tuple[Setting, ...] = (
         wall_only="shifts time.time() as clients read it, so it needs clock_mode = 'wall': "
         "on the manual clock the board reads only the machine's",
         trace=TraceField(
-            "client_clock_skew_us", "client_skew", micros, _micros_field(positive=False)
+            "client_clock_skew_us", "client_skew", micros, _duration_field(positive=False)
         ),
         replay="trace",
         fuzz=FuzzFlag(
@@ -327,7 +306,7 @@ SETTINGS: tuple[Setting, ...] = (
         wall_only="needs clock_mode = 'wall': a keep-alive runs on real time, which the "
         "manual clock does not",
         trace=TraceField(
-            "keep_alive_interval_us", "keep_alive", _duration_json, _micros_field(positive=True)
+            "keep_alive_interval_us", "keep_alive", _duration_json, _duration_field(positive=True)
         ),
         replay="trace",
     ),

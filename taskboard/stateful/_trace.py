@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from taskboard._clock import as_utc
-from taskboard.model import Call, Op, Outcome, Step, format_duration
+from taskboard.model import Call, Op, Outcome, format_duration
 
 __all__ = [
     "FORGERIES",
@@ -14,7 +14,7 @@ __all__ = [
     "forge",
     "format_offset",
     "render_call",
-    "render_step",
+    "render_outcome",
     "resolve_token",
     "token_ref",
 ]
@@ -84,25 +84,6 @@ def signed_offset(delta: timedelta) -> str:
     return ("+" if delta >= timedelta(0) else "") + format_offset(delta)
 
 
-def render_step(
-    step: Step, start: datetime, token_label: Callable[[str], str], *, marker: str = ""
-) -> str:
-    """One line of a trace: index, clock offset, what was done, what the board did."""
-    when = signed_offset(step.at - start)
-    if step.nemesis:
-        text = f"{NEMESIS_HOOKS[step.nemesis]}(board)" + (f"  ({step.note})" if step.note else "")
-    elif step.call is None:
-        moved = format_offset(step.advance or timedelta(0))
-        what = f"clock advances {moved}" if step.advance else "clock stays"
-        text = what + (f"  ({step.note})" if step.note else "")
-    else:
-        outcome = _render_outcome(step.outcome, start, token_label)
-        text = f"{render_call(step.call, token_label)} -> {outcome}"
-        if step.note:
-            text += f"  ({step.note})"
-    return f"{marker:>3}{step.index:>4}  {when:>9}  {text}"
-
-
 def render_call(call: Call, token_label: Callable[[str], str]) -> str:
     """A call as a report shows it, its token named by ``token_label`` (``L3``, say)."""
     if call.op is Op.CLAIM:
@@ -114,9 +95,10 @@ def render_call(call: Call, token_label: Callable[[str], str]) -> str:
     return f"{call.op}({args})"
 
 
-def _render_outcome(
+def render_outcome(
     outcome: Outcome | None, start: datetime, token_label: Callable[[str], str]
 ) -> str:
+    """What the board did, as a report shows it: the error, or ``ok`` with the lease."""
     if outcome is None:
         return "?"
     if outcome.error is not None:
