@@ -420,10 +420,10 @@ def failures_reported(machine_cls: type | None = None) -> _FailuresReported:
 class _FailuresReported:
     def __init__(self, machine_cls: type | None) -> None:
         self.machine_cls = machine_cls
-        # The run this block reports for: the one under way, or one begun for the block.
-        self.run_block = joined_run()
 
     def __enter__(self) -> None:
+        # The run this block reports for: the one under way, or one begun for the block.
+        self.run_block = joined_run()
         self.run_block.__enter__()
         if self.machine_cls is not None:
             _first_failures().pop(self.machine_cls, None)
