@@ -76,7 +76,7 @@ class RunState:
 
     def stop_requested(self) -> bool:
         """True once any of the run's stop conditions is."""
-        return any(condition() for condition in tuple(self.stop_conditions))
+        return any(condition() for condition in self.stop_conditions)
 
 
 _CURRENT: ContextVar[RunState | None] = ContextVar("taskboard_run", default=None)
