@@ -20,7 +20,7 @@ from taskboard.model import ContractViolation
 from taskboard.stateful import BoardMachine
 from taskboard.stateful._client_clocks import client_offset, shifted_time
 from taskboard.stateful._config import MachineConfig
-from taskboard.stateful._generation import AGENTS
+from taskboard.strategies import AGENTS
 
 MS = timedelta(milliseconds=1)
 SKEW = ExpiryOnClientClock.client_clock_skew

@@ -16,7 +16,6 @@ from taskboard._fuzz.targets import Target
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.stateful import BoardMachine
 from taskboard.stateful._config import COARSE_STEP_COUNT, COARSE_UNIT, MachineConfig
-from taskboard.stateful._generation import OUTLIVING_TTL_TICKS
 from taskboard.stateful._session import (
     STOP_POLL,
     Session,
@@ -24,6 +23,7 @@ from taskboard.stateful._session import (
     sleep_until,
     stop_when,
 )
+from taskboard.strategies import OUTLIVING_TTL_TICKS
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

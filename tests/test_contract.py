@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 import threading
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 import taskboard
+import taskboard.strategies
 from taskboard import (
     Board,
     ClaimRequest,
@@ -25,6 +28,7 @@ from taskboard import (
     Task,
 )
 from taskboard.hosts.memory import MemoryBoard
+from taskboard.stateful import _generation
 
 SPEC_NAMES = {
     "State", "Lease", "Task", "ClaimRequest", "Problem", "Code", "Board", "RenewingBoard",
@@ -38,6 +42,31 @@ def test_all_is_sorted_and_exactly_the_spec_names() -> None:
     """taskboard exports exactly the SPEC section 1 names, in a sorted __all__."""
     assert taskboard.__all__ == sorted(taskboard.__all__)
     assert set(taskboard.__all__) == SPEC_NAMES
+
+
+#: Every public module of the package: no part of its dotted name starts with "_".
+PUBLIC_MODULES = sorted(
+    module.name
+    for module in pkgutil.walk_packages(taskboard.__path__, "taskboard.")
+    if not any(part.startswith("_") for part in module.name.split("."))
+)
+
+
+@pytest.mark.parametrize("name", ["taskboard", *PUBLIC_MODULES])
+def test_every_name_a_public_module_exports_exists(name: str) -> None:
+    """Each public module's __all__ (taskboard.strategies' among them) names only what the
+    module has, each once, so ``from taskboard.X import *`` and the docs' names all work."""
+    module = importlib.import_module(name)
+    exported = getattr(module, "__all__", [])
+    assert [n for n in exported if not hasattr(module, n)] == []
+    assert len(set(exported)) == len(exported)
+
+
+def test_the_strategies_module_exports_what_the_checker_draws() -> None:
+    """taskboard.strategies is public and re-exports the machine's own draws, not copies."""
+    assert "taskboard.strategies" in PUBLIC_MODULES
+    assert taskboard.strategies.TTL_TICKS is _generation.TTL_TICKS
+    assert taskboard.strategies.dependency_graphs is _generation.dependency_graphs
 
 
 @pytest.mark.parametrize("name", sorted(SPEC_NAMES))

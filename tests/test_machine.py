@@ -16,7 +16,7 @@ from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import _HookedBoard
 from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.stateful import BoardMachine, ContractViolation
-from taskboard.stateful._generation import LeaseRef
+from taskboard.strategies import LeaseRef
 
 QUICK = settings(
     max_examples=100,

@@ -10,7 +10,6 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import RuleStrategy, invariant, run_state_machine_as_test
 
 from taskboard.stateful import BoardMachine
-from taskboard.stateful._generation import GRAPH_PLANS, graph_of, is_acyclic
 from taskboard.stateful._hypothesis import (
     ALWAYS_ON,
     JOINT_CHOICES,
@@ -19,6 +18,7 @@ from taskboard.stateful._hypothesis import (
     argument_draws,
     use_rule_draws,
 )
+from taskboard.strategies import GRAPH_PLANS, graph_of, is_acyclic
 from tests.test_machine import QUICK, MemoryMachine
 
 GENERATE_ONLY = settings(QUICK, phases=[Phase.generate])

@@ -16,7 +16,7 @@ from taskboard.hosts.memory import MemoryBoard
 from taskboard.model import ContractViolation
 from taskboard.stateful import BoardMachine
 from taskboard.stateful._config import MachineConfig, wall_ttl_unit
-from taskboard.stateful._generation import BELOW_RESOLUTION
+from taskboard.strategies import BELOW_RESOLUTION
 
 MS = timedelta(milliseconds=1)
 US = timedelta(microseconds=1)

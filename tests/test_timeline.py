@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import shutil
@@ -199,6 +200,87 @@ def test_an_empty_or_linearizable_history_still_makes_a_page() -> None:
     page = timeline_html(history, LinearizabilityResult("linearizable", (0, 2, 1, 3)))
     assert "Why it fails" not in page
     assert len(groups(svg_of(page), "call")) == 4
+
+
+# -- the page, byte for byte -------------------------------------------------------------------
+
+
+def crowded() -> tuple[list[Operation], LinearizabilityResult]:
+    """Seconds long, one thread's calls overlapping (their labels take tiers), a task id too
+    long for a label line, a reason that wraps, no order found, a stuck id the history lacks
+    and a reason of no stuck call."""
+    long_id = "t-" + "x" * 200
+    history = [
+        Operation(n, 0, Call(Op.CLAIM, long_id if n == 2 else f"t{n}", agent=f"a{n}"),
+                  claimed(f"t{n}", f"a{n}", n + 1), n * 0.5, n * 0.5 + 3.0)
+        for n in range(5)
+    ] + [
+        Operation(5, 1, Call(Op.COMPLETE, "t1", token="a-token-longer-than-twelve"),
+                  Outcome(error="LeaseLostError", message="gone"), 1.0, 7.5),
+    ]  # fmt: skip
+    reason = "SPEC 3.2: " + " ".join(["the lease had ended before the call began"] * 4)
+    result = LinearizabilityResult(
+        "not linearizable", (), (5, 9), (reason, "no such call", "the final snapshot: Y")
+    )
+    return history, result
+
+
+def pinned_pages() -> dict[str, str]:
+    """Pages of fixed histories that between them take every branch of the page's code."""
+    history, result = race()
+    ambiguous = [*history, Operation(4, 1, Call(Op.CLAIM, "t3", agent="a"), None, T0 + 1e-3)]
+    evil = "<script>alert(1)</script>"
+    escaped = [
+        Operation(0, 0, Call(Op.CLAIM, evil, agent='"><img src=x>'), claimed(evil, "x", 1),
+                  0.0, 1e-3),
+        Operation(1, 1, Call(Op.COMPLETE, evil, token="<t>"),
+                  Outcome(error="LeaseLostError", message="<b>boom</b>"), 0.0, 1e-3),
+    ]  # fmt: skip
+    slower = [
+        Operation(0, 0, Call(Op.CLAIM, "t1", agent="a"), claimed("t1", "a", 1), 0.0, 0.04),
+        Operation(1, 1, Call(Op.CLAIM, "t1", agent="b"), claimed("t1", "b", 2), 0.01, 0.03),
+    ]
+    failing = LinearizabilityResult("not linearizable", (0,), (1,), ("x",))
+    return {
+        "race": timeline_html(history, result),
+        "race on clients": timeline_html(history, result, clients=True),
+        "final snapshot": timeline_html(
+            history, LinearizabilityResult("not linearizable", (0, 2, 1, 3), (), ("X",))
+        ),
+        "ambiguous": timeline_html(ambiguous, result),
+        "milliseconds": timeline_html(slower, failing),
+        "crowded": timeline_html(*crowded()),
+        "escaped": timeline_html(escaped, LinearizabilityResult("not linearizable", (0,), (1,),
+                                                                (f"task {evil} & co",))),
+        "empty": timeline_html([], LinearizabilityResult("linearizable")),
+        "linearizable": timeline_html(history, LinearizabilityResult("linearizable", (0, 2, 1, 3))),
+        "unknown": timeline_html(history, LinearizabilityResult("unknown")),
+    }  # fmt: skip
+
+
+#: The SHA-256 of each pinned page, as the code made it when they were pinned.
+PINNED = {
+    "race": "db2c19e00d9a9bb8c260eefa926fb810a4361c2fd650cfcc42e8a8a03b07f627",
+    "race on clients": "e5e7bd5d488f01a0ea4cfd038fed4f146c7f6c94dd7e6452144c6daa9fe1c9db",
+    "final snapshot": "87bfdd4819be1904329259e1047d3f709cabe8558c7bae204d49fa772823f4ab",
+    "ambiguous": "f1cfc942d230ff242091309cb5b24f43c84cac724cb88924b1e20f904e5496a9",
+    "milliseconds": "1958ec37c97721193065dade5fc0b75c8fc022daa567ec0feb639c2dd00cc804",
+    "crowded": "fa9e5e4fa1d7aad39560019c51b2759f44d35c2f529a4aab79f13f548a0c0bd3",
+    "escaped": "33f154c58ac34a1884038207da56e998d25f3bed8fd1c48cc7783d88a8f6361a",
+    "empty": "41656903fcb51a643bf012dfc7cf34cabcad1f86e0ba5f713e72e9049bee7f12",
+    "linearizable": "d8c12fd15423a5c5a4c842408631ee2192942b726badbbfdc543cc228da24ab5",
+    "unknown": "a72fa9cb1f0cfe146630fdd259affccd44a823fca0984ce39767bc18431f450d",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_the_page_of_a_fixed_history_is_pinned_byte_for_byte(name: str, tmp_path: Path) -> None:
+    """A fixed history's page does not change, to the byte, unless its digest here does."""
+    page = pinned_pages()[name]
+    digest = hashlib.sha256(page.encode("utf-8")).hexdigest()
+    written = tmp_path / "page.html"
+    written.write_text(page, encoding="utf-8")
+    assert digest == PINNED[name], f"the page changed; it is in {written}"
 
 
 # -- in a real browser -------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from taskboard.stateful._hypothesis import shrinking_for_at_most
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._parallel import run_parallel_state_machine
 from taskboard.stateful._reports import InfrastructureFault, failures_reported
+from taskboard.stateful._runstate import separate_run
 from taskboard.stateful._session import ExampleStats, StopRequested, on_example_end, stop_when
 
 __all__ = ["BATCH", "PARALLEL_BATCH", "Run"]
@@ -127,6 +128,7 @@ class Run:
         mode = self.options.mode
         batch_index = 0
         with (
+            separate_run(),  # its own run, even inside another: heard and stopped apart
             on_example_end(counted),
             stop_when(done),
             shrinking_for_at_most(self.options.shrink_budget),

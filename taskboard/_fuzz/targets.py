@@ -18,10 +18,10 @@ from taskboard._contract import Task
 from taskboard._driver import CORE_METHODS, close_driven, make_driven
 from taskboard._protocol.board import ExecStartError
 from taskboard.stateful._command import EXEC_PREFIX
-from taskboard.stateful._generation import TASK_IDS, grid_start
 from taskboard.stateful._hypothesis import applied_settings, key_database_by
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._processes import address_of
+from taskboard.strategies import TASK_IDS, grid_start
 
 __all__ = [
     "DEFAULT_TARGET",

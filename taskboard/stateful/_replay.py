@@ -10,6 +10,7 @@ from taskboard.stateful._config import defined_nemesis
 from taskboard.stateful._machine import BoardFactory, BoardMachine
 from taskboard.stateful._parallel import RUNS_PER_PROGRAM, run_program
 from taskboard.stateful._reports import failures_reported
+from taskboard.stateful._runstate import separate_run
 from taskboard.stateful._session import Session, end_example
 from taskboard.stateful._settings import SETTINGS
 from taskboard.stateful._steps import Replay, replay_step
@@ -72,7 +73,7 @@ def replay_trace(trace: Trace, board: BoardFactory | type[BoardMachine]) -> Repl
     if missing:
         raise ValueError(missing)
     machine_cls = _machine_for(board, trace)
-    with failures_reported(machine_cls):
+    with separate_run(), failures_reported(machine_cls):  # a replay is a run of its own
         if trace.program is not None:
             return _run_parallel(machine_cls, trace)
         return _run(machine_cls(), trace)

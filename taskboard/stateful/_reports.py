@@ -29,6 +29,7 @@ from taskboard.model._model import errors_in
 from taskboard.stateful._client_clocks import client_clocks
 from taskboard.stateful._config import SNAPSHOT_ATTEMPTS, MachineConfig
 from taskboard.stateful._hypothesis import in_final_replay
+from taskboard.stateful._runstate import current_run, joined_run
 from taskboard.stateful._settings import SETTINGS
 from taskboard.stateful._steps import render_step
 from taskboard.stateful._trace import signed_offset
@@ -268,7 +269,7 @@ def _finish(
         directory = run.config.trace_dir
         if directory and (report.hung or in_final_replay()):
             report = report.recorded(directory)
-        _FIRST_FAILURES.setdefault(run.machine, report)
+        _first_failures().setdefault(run.machine, report)
     return report
 
 
@@ -408,6 +409,10 @@ def failures_reported(machine_cls: type | None = None) -> _FailuresReported:
     recur and, for ``machine_cls``, its trace file written: never a bare ``Flaky``. A
     violation or fault leaves with a traceback that holds only the host's own frames, so
     that pytest shows the report, not taskboard's and Hypothesis's internals.
+
+    The failure seen is one of the run under way (or of one begun for the block; see
+    :mod:`~taskboard.stateful._runstate`): a run in another thread, or one begun apart inside
+    this one, neither lends it one nor takes it away.
     """
     return _FailuresReported(machine_cls)
 
@@ -417,8 +422,11 @@ class _FailuresReported:
         self.machine_cls = machine_cls
 
     def __enter__(self) -> None:
+        # The run this block reports for: the one under way, or one begun for the block.
+        self.run_block = joined_run()
+        self.run_block.__enter__()
         if self.machine_cls is not None:
-            _FIRST_FAILURES.pop(self.machine_cls, None)
+            _first_failures().pop(self.machine_cls, None)
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: Any
@@ -440,13 +448,16 @@ class _FailuresReported:
             raise report.with_traceback(host_traceback(report.__traceback__))
         finally:
             if self.machine_cls is not None:
-                _FIRST_FAILURES.pop(self.machine_cls, None)
+                _first_failures().pop(self.machine_cls, None)
+            self.run_block.__exit__(None, None, None)
 
 
-#: The first failure each machine class reported in the run under way: on the wall clock,
-#: Hypothesis may give up on a replay whose steps drew differently (``FlakyStrategyDefinition``)
-#: and carry no failure at all; what was seen is then this.
-_FIRST_FAILURES: dict[type, Report] = {}
+def _first_failures() -> dict[type, Report]:
+    """The first failure each machine class reported in the run under way (none when no run
+    is): on the wall clock, Hypothesis may give up on a replay whose steps drew differently
+    (``FlakyStrategyDefinition``) and carry no failure at all; what was seen is then this."""
+    run = current_run()
+    return {} if run is None else run.first_failures
 
 
 def unrepeated_failure(error: BaseException, machine_cls: type | None = None) -> Failure | None:
@@ -461,7 +472,7 @@ def unrepeated_failure(error: BaseException, machine_cls: type | None = None) ->
         seen = next(iter(errors_in(error, InfrastructureFault)), None)
     report = report_of(seen) if seen is not None else None
     if report is None and machine_cls is not None:
-        report = _FIRST_FAILURES.get(machine_cls)
+        report = _first_failures().get(machine_cls)
     if report is None:
         return None
     if report.unrepeated:

@@ -16,8 +16,7 @@ import functools
 import inspect
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, Protocol
 
@@ -48,6 +47,7 @@ from taskboard.stateful._reports import (
     raise_report,
     violation_report,
 )
+from taskboard.stateful._runstate import ExampleStats, current_run, joined_run
 from taskboard.stateful._trace import NEMESIS_HOOKS, token_ref
 from taskboard.stateful._tracefile import Trace, Verdict
 
@@ -86,41 +86,23 @@ class MachineHooks(Protocol):
 # -- what the fuzzer hears of each example ---------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ExampleStats:
-    """What one example did, as its listeners hear of it when it ends."""
-
-    #: True for a run of a parallel program (its threads' calls are not in ``trace``).
-    parallel: bool
-    trace: tuple[Step, ...]
-    #: The lease labels of the run (token: ``L3``).
-    labels: Mapping[str, str]
-    #: How often each (task state, operation, outcome) transition ran.
-    transitions: Counter[tuple[str, str, str]]
-    #: In a parallel program: each thread call's (operation, outcome).
-    concurrent_calls: Counter[tuple[str, str]]
-    #: The optional operations the board has (``renew``, ``fail``); ``None``: no board made.
-    operations: frozenset[str] | None
-    #: True when the example ended with a violation or a fault.
-    failed: bool = False
-
-    @property
-    def steps(self) -> int:
-        """How many steps the example ran."""
-        return len(self.trace)
-
-
-_LISTENERS: list[Callable[[ExampleStats], None]] = []
-
-
 @contextlib.contextmanager
 def on_example_end(listener: Callable[[ExampleStats], None]) -> Iterator[None]:
-    """Call ``listener`` with the stats of every example that ends inside the block."""
-    _LISTENERS.append(listener)
-    try:
-        yield
-    finally:
-        _LISTENERS.remove(listener)
+    """Call ``listener`` with the stats of every example of the run under way that ends
+    inside the block (a run begun for the block if none is under way; see
+    :mod:`~taskboard.stateful._runstate`)."""
+    with joined_run() as run:
+        run.listeners.append(listener)
+        try:
+            yield
+        finally:
+            run.listeners.remove(listener)
+
+
+def _example_ended(stats: ExampleStats) -> None:
+    run = current_run()
+    if run is not None:  # no run under way: no one listens
+        run.example_ended(stats)
 
 
 def end_example(session: Session | None, *, parallel: bool = False) -> None:
@@ -131,9 +113,7 @@ def end_example(session: Session | None, *, parallel: bool = False) -> None:
         return
     if _stopping():  # stopped before its board was made: not an example at all
         return
-    stats = ExampleStats(parallel, (), {}, Counter(), Counter(), None)
-    for listener in _LISTENERS:
-        listener(stats)
+    _example_ended(ExampleStats(parallel, (), {}, Counter(), Counter(), None))
 
 
 class StopRequested(KeyboardInterrupt):
@@ -145,24 +125,24 @@ class StopRequested(KeyboardInterrupt):
     as one, to be replayed first by the next run."""
 
 
-#: The condition checked before every call and clock move; see :func:`stop_when`.
-_STOP: list[Callable[[], bool]] = []
-
-
 @contextlib.contextmanager
 def stop_when(condition: Callable[[], bool]) -> Iterator[None]:
     """Inside the block, end the example under way with :class:`StopRequested` as soon as
     ``condition()`` is true, before its next call or clock move: a budget then stops on time
-    even on a board whose every example takes minutes."""
-    _STOP.append(condition)
-    try:
-        yield
-    finally:
-        _STOP.remove(condition)
+    even on a board whose every example takes minutes. The condition stops the run under way
+    only (a run begun for the block if none is), not one begun apart inside it
+    (:func:`~taskboard.stateful._runstate.separate_run`) nor one in another thread."""
+    with joined_run() as run:
+        run.stop_conditions.append(condition)
+        try:
+            yield
+        finally:
+            run.stop_conditions.remove(condition)
 
 
 def _stopping() -> bool:
-    return bool(_STOP) and any(condition() for condition in _STOP)
+    run = current_run()
+    return run is not None and run.stop_requested()
 
 
 def _check_stop() -> None:
@@ -309,8 +289,7 @@ class Session:
             operations,
             failed=self.failure is not None,
         )
-        for listener in _LISTENERS:
-            listener(stats)
+        _example_ended(stats)
         if self.hung:
             self.driver.close()
             return
