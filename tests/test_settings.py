@@ -98,9 +98,11 @@ def test_every_setting_has_an_example() -> None:
 @pytest.mark.parametrize("setting", SETTINGS, ids=by_name)
 def test_the_machine_has_every_setting_with_its_default_and_reads_it(setting: Setting) -> None:
     """BoardMachine has each setting as a class attribute with the table's default, documents
-    it, and its configuration holds a value the class sets."""
+    it (and the table has its doc line), and its configuration holds a value the class sets."""
     assert getattr(BoardMachine, setting.name) == setting.default
     assert setting.name in BoardMachine.__annotations__
+    assert setting.doc
+    assert "\n" not in setting.doc
     assert f"``{setting.name}``" in (BoardMachine.__doc__ or "")
     assert f"`{setting.name}`" in DOCS.read_text(encoding="utf-8")
     chosen = machine_with(**{setting.name: EXAMPLES[setting.name]})
