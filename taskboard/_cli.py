@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from taskboard._check import check
 from taskboard._clock import CLOCK_MODES, as_utc
-from taskboard._contract import Lease, Task
+from taskboard._contract import Lease, State, Task
 from taskboard._fuzz import (
     DEFAULT_TARGET,
     MODES,
@@ -38,6 +38,7 @@ from taskboard._fuzz import resolve_target as _resolve_target
 from taskboard._fuzz.fleet_view import show_campaign
 from taskboard._fuzz.junit import JUnitRun, check_junit_path, remove_old_junit, write_junit_xml
 from taskboard._fuzz.targets import exec_target
+from taskboard._operations import OPERATIONS, OPTIONAL_OPERATIONS
 from taskboard._protocol.spares import end_spares
 from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._replay import missing_nemesis, replay_trace
@@ -516,15 +517,25 @@ def _lacking_operations(report: FuzzReport) -> list[str]:
     """The optional operations the fuzzed board lacks (none known when no board was made)."""
     if report.operations is None:
         return []
-    return [op for op in ("renew", "fail") if op not in report.operations]
+    return [row.name for row in OPTIONAL_OPERATIONS if row.name not in report.operations]
 
 
 def _needs(transition: tuple[str, str, str], lacking: list[str]) -> bool:
     """True for a key transition only a board with one of the ``lacking`` operations reaches:
-    a renew, or (without ``fail``) the claim of a failed task."""
-    if "renew" in lacking and transition[1].startswith("renew"):
+    a call of one (a renew), or a call on a task in a state only they leave it in (without
+    ``fail``, the claim of a failed task)."""
+    state, op, _ = transition
+    if op.partition(" ")[0] in lacking:
         return True
-    return "fail" in lacking and transition == ("failed", "claim", "ok")
+    # Every task starts open.
+    reachable = {State.OPEN} | {row.leaves for row in OPERATIONS if row.name not in lacking}
+    return any(
+        row.leaves is not None
+        and row.leaves not in reachable
+        and state.partition(",")[0] == row.leaves.value
+        for row in OPERATIONS
+        if row.name in lacking
+    )
 
 
 def _coverage_row(op: str, outcome: str, count: int) -> str:

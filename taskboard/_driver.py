@@ -29,20 +29,29 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
 from types import FrameType
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from taskboard._contract import Board
+from taskboard._operations import (
+    BOARD_METHODS,
+    CORE_METHODS,
+    OPERATIONS,
+    OPTIONAL_NAMES,
+    operations_of,
+)
 
 __all__ = [
     "BOARD_METHODS",
+    "CORE_METHODS",
     "CallTimeoutError",
     "DirectDriver",
     "Driver",
     "LoopDriver",
+    "WrapperClasses",
     "close_driven",
     "driven",
     "is_async_board",
@@ -51,11 +60,6 @@ __all__ = [
     "start_line",
     "wrapper_classes",
 ]
-
-#: The Board protocol's own methods.
-CORE_METHODS = ("list_tasks", "claim", "release", "complete")
-#: Those and the two optional extensions' (RenewingBoard, FailingBoard).
-BOARD_METHODS = (*CORE_METHODS, "renew", "fail")
 
 T = TypeVar("T")
 
@@ -624,30 +628,62 @@ class _Driven:
         return repr(self.board)
 
 
+class WrapperClasses(Generic[T]):
+    """Subclasses of ``base`` whose Board methods ``method(name)`` makes: one for each set of
+    optional operations (see ``taskboard._operations``) a wrapped board has, made the first
+    time a board of that shape is wrapped and kept.
+
+    A wrapper of a board without ``renew`` has no ``renew`` attribute at all, so
+    ``isinstance(wrapper, RenewingBoard)`` (which asks ``hasattr``) answers as it would for
+    the board, and nothing asks again per call.
+    """
+
+    def __init__(
+        self, name: str, base: type[T], method: Callable[[str], Callable[..., Any]]
+    ) -> None:
+        self.name = name
+        self.base = base
+        self.method = method
+        self._made: dict[frozenset[str], type[T]] = {}
+
+    def having(self, optional: Iterable[str]) -> type[T]:
+        """The class with every core method and exactly the ``optional`` operations (any
+        other name in it is ignored)."""
+        present = frozenset(optional) & OPTIONAL_NAMES
+        made = self._made.get(present)
+        if made is None:  # two threads may both make it: the first one kept wins
+            made = self._made.setdefault(present, self._make(present))
+        return made
+
+    def shaped(self, board: object) -> type[T]:
+        """The class with exactly the optional methods ``board`` has."""
+        return self.having(operations_of(board))
+
+    def _make(self, present: frozenset[str]) -> type[T]:
+        rows = [row for row in OPERATIONS if not row.optional or row.name in present]
+        extras = [_title(row.name) for row in rows if row.optional]
+        name = self.name + ("With" + "And".join(extras) if extras else "")
+        made = type(name, (self.base,), {row.method: self.method(row.method) for row in rows})
+        made.__module__ = self.base.__module__
+        return cast(type[T], made)
+
+
+def _title(name: str) -> str:
+    return "".join(part.title() for part in name.split("_"))
+
+
 def wrapper_classes(
     name: str, base: type[T], method: Callable[[str], Callable[..., Any]]
-) -> tuple[type[T], type[T], type[T], type[T]]:
-    """Four subclasses of ``base`` whose Board methods ``method(name)`` makes: with neither
-    optional method, with ``renew``, with ``fail``, with both (for :func:`shaped`)."""
-
-    def variant(suffix: str, names: tuple[str, ...]) -> type[T]:
-        return type(f"{name}{suffix}", (base,), {n: method(n) for n in names})
-
-    return (
-        variant("", CORE_METHODS),
-        variant("WithRenew", (*CORE_METHODS, "renew")),
-        variant("WithFail", (*CORE_METHODS, "fail")),
-        variant("WithRenewAndFail", (*CORE_METHODS, "renew", "fail")),
-    )
+) -> WrapperClasses[T]:
+    """The subclasses of ``base`` whose Board methods ``method(name)`` makes, one for each set
+    of optional methods a board may have (see :class:`WrapperClasses`; :func:`shaped` picks)."""
+    return WrapperClasses(name, base, method)
 
 
-def shaped(board: object, classes: tuple[type[T], type[T], type[T], type[T]]) -> type[T]:
-    """Of :func:`wrapper_classes`' four, the one with exactly the optional methods ``board``
-    has, so ``isinstance(wrapper, RenewingBoard)`` answers as it would for ``board``."""
-    plain, renew, fail, both = classes
-    has_renew = callable(getattr(board, "renew", None))
-    has_fail = callable(getattr(board, "fail", None))
-    return (both if has_fail else renew) if has_renew else (fail if has_fail else plain)
+def shaped(board: object, classes: WrapperClasses[T]) -> type[T]:
+    """Of ``classes``, the one with exactly the optional methods ``board`` has, so that
+    ``isinstance(wrapper, RenewingBoard)`` answers as it would for ``board``."""
+    return classes.shaped(board)
 
 
 def _through_driver(name: str) -> Callable[..., Any]:

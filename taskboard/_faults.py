@@ -14,7 +14,8 @@ from datetime import timedelta
 from typing import Any, Literal, get_args
 
 from taskboard._contract import Board
-from taskboard._driver import BOARD_METHODS, is_async_board, shaped, wrapper_classes
+from taskboard._driver import is_async_board, shaped, wrapper_classes
+from taskboard._operations import BOARD_METHODS
 
 __all__ = ["FAULT_KINDS", "FaultKind", "InjectedFault", "InjectedFaultRecord", "inject_faults"]
 

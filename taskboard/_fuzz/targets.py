@@ -15,7 +15,8 @@ from hypothesis import settings
 
 from taskboard._clock import ManualClock, SystemClock
 from taskboard._contract import Task
-from taskboard._driver import CORE_METHODS, close_driven, make_driven
+from taskboard._driver import close_driven, make_driven
+from taskboard._operations import CORE_METHODS
 from taskboard._protocol.board import ExecStartError
 from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._hypothesis import applied_settings, key_database_by

@@ -16,9 +16,11 @@ from typing import Any
 
 from taskboard._clock import Clock, ClockMode, ManualClock
 from taskboard._contract import ClaimRequest, Task
-from taskboard._driver import shaped, wrapper_classes
+from taskboard._driver import wrapper_classes
+from taskboard._operations import BY_METHOD, BY_OP, OPTIONAL_OPERATIONS, BoardOperation
 from taskboard._protocol.child import Child
 from taskboard._protocol.codec import (
+    ARGUMENT_FIELDS,
     ProtocolError,
     decode_task,
     encode_task,
@@ -48,8 +50,9 @@ def split_command(command: str | Sequence[str]) -> tuple[str, ...]:
     return argv
 
 
-#: The calls that may change the board, which the checker follows with a ``list``.
-_WRITES = frozenset({"claim", "renew", "release", "complete", "fail"})
+#: The calls that may change the board (every one the model judges), which the checker
+#: follows with a ``list``.
+_WRITES = frozenset(row.protocol_op for row in BY_OP.values())
 
 
 class _Processes:
@@ -102,7 +105,8 @@ class _Processes:
 
 
 class _ExecBoard:
-    """The Board methods over one child process (its optional ones added by shape)."""
+    """The Board methods over one child process: ``list_tasks`` here, the others made from
+    the table of operations (:func:`_request_method`), its optional ones those it declared."""
 
     def __init__(self, child: Child, hello: Hello, storage: str, processes: _Processes) -> None:
         self.child = child
@@ -142,25 +146,6 @@ class _ExecBoard:
         except (TypeError, ValueError) as exc:
             raise ProtocolError("list", f"a task: {exc}", repr(answer)) from None
 
-    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
-        answer = self._call("claim", task=task_id, agent=agent, ttl=encode_ttl(request.ttl))
-        return self._task(answer, "claim")
-
-    def release(self, task_id: str, token: str) -> None:
-        self._call("release", task=task_id, token=token)
-
-    def complete(self, task_id: str, token: str) -> None:
-        self._call("complete", task=task_id, token=token)
-
-    # Underscored so that only the shaped subclasses (those of a child that declared them)
-    # expose renew and fail.
-    def _renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
-        answer = self._call("renew", task=task_id, token=token, ttl=encode_ttl(request.ttl))
-        return self._task(answer, "renew")
-
-    def _fail(self, task_id: str, token: str) -> None:
-        self._call("fail", task=task_id, token=token)
-
     def open_client(self) -> Any:
         """Another process of the same command, ``connect``ed to this board's storage."""
         if "connect" not in self.hello.ops:
@@ -179,22 +164,33 @@ class _ExecBoard:
         self.child.close()
 
 
+def _request_method(row: BoardOperation) -> Any:
+    """The Board method of ``row`` over the protocol: one request whose fields are its
+    arguments (a ``ClaimRequest`` as its ``ttl``), answered by the task when it returns one."""
+    op = row.protocol_op
+    fields = tuple(ARGUMENT_FIELDS[argument] for argument in row.arguments)
+    returns_task = row.returns == "task"
+
+    def method(self: _ExecBoard, *args: Any) -> Task | None:
+        if len(args) != len(fields):
+            raise TypeError(f"{row.method}() takes {len(fields)} arguments, got {len(args)}")
+        arguments = {
+            name: encode_ttl(value.ttl) if isinstance(value, ClaimRequest) else value
+            for name, value in zip(fields, args, strict=True)
+        }
+        answer = self._call(op, **arguments)
+        return self._task(answer, op) if returns_task else None
+
+    method.__name__ = method.__qualname__ = row.method
+    return method
+
+
 def _method(name: str) -> Any:
-    if name in ("renew", "fail"):
-        return getattr(_ExecBoard, f"_{name}")
-    return getattr(_ExecBoard, name)
+    # list_tasks reads its own kind of answer; every other operation is a request.
+    return _ExecBoard.list_tasks if name == "list_tasks" else _request_method(BY_METHOD[name])
 
 
 _SHAPES = wrapper_classes("ExecBoard", _ExecBoard, _method)
-
-
-class _Declared:
-    """Stands for a board with exactly the optional methods a child declared."""
-
-    def __init__(self, ops: frozenset[str]) -> None:
-        for op in ("renew", "fail"):
-            if op in ops:
-                setattr(self, op, lambda *args: None)
 
 
 def _start(
@@ -222,7 +218,8 @@ def _start(
                 raise ProtocolError("init", f"'storage' is a string, got {named!r}")
             storage = named
         processes.join(child, connected=connect is not None)
-        return shaped(_Declared(hello.ops), _SHAPES)(child, hello, storage, processes)
+        declared = [row.name for row in OPTIONAL_OPERATIONS if row.protocol_op in hello.ops]
+        return _SHAPES.having(declared)(child, hello, storage, processes)
     except BaseException:
         child.close(polite=False)
         raise

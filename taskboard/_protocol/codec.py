@@ -26,6 +26,7 @@ from taskboard._errors import (
 )
 
 __all__ = [
+    "ARGUMENT_FIELDS",
     "ERROR_CODES",
     "LONGEST_LINE",
     "PROTOCOL_VERSION",
@@ -42,6 +43,9 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
+#: The request field of each argument a board operation takes (``taskboard._operations``):
+#: a ``ClaimRequest`` goes as its ``ttl``.
+ARGUMENT_FIELDS = {"task_id": "task", "agent": "agent", "token": "token", "request": "ttl"}
 #: The longest answer line read, in bytes: a snapshot of every task fits many times over.
 LONGEST_LINE = 4 * 1024 * 1024
 #: How much of an offending line a report shows (SPEC 10).

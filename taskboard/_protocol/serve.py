@@ -16,7 +16,9 @@ from typing import IO, Any
 from taskboard._clock import Clock, SystemClock
 from taskboard._contract import ClaimRequest, Task
 from taskboard._errors import BlockedError, LeaseLostError, NotFoundError, TakenError, TerminalError
+from taskboard._operations import BY_OP, OPTIONAL_OPERATIONS, Argument, operations_of
 from taskboard._protocol.codec import (
+    ARGUMENT_FIELDS,
     PROTOCOL_VERSION,
     decode_task,
     decode_time,
@@ -71,7 +73,8 @@ class _Server:
         self.clock = _HeardClock()
 
     def ops(self) -> list[str]:
-        declared = [op for op in ("renew", "fail") if callable(getattr(self.shape, op, None))]
+        has = operations_of(self.shape)
+        declared = [row.protocol_op for row in OPTIONAL_OPERATIONS if row.name in has]
         return declared + (["connect"] if self.connect is not None else [])
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -100,22 +103,30 @@ class _Server:
             return {}
         if op == "list":
             return {"tasks": [encode_task(t) for t in self.board.list_tasks()]}
-        ttl = timedelta(microseconds=request.get("ttl", 0))
-        if op == "claim":
-            task = self.board.claim(request["task"], request["agent"], ClaimRequest(ttl))
-            return {"task": encode_task(task)}
-        if op == "renew":
-            task = self.board.renew(request["task"], request["token"], ClaimRequest(ttl))
-            return {"task": encode_task(task)}
-        if op in ("release", "complete", "fail"):
-            getattr(self.board, op)(request["task"], request["token"])
-            return {}
-        raise NotImplementedError(op)
+        row = _OPERATIONS.get(op)
+        if row is None:
+            raise NotImplementedError(op)
+        arguments = [_argument(request, argument) for argument in row.arguments]
+        result = getattr(self.board, row.method)(*arguments)
+        return {"task": encode_task(result)} if row.returns == "task" else {}
 
     def _hear(self, now: object) -> None:
         when = decode_time(now)
         if when is not None:
             self.clock.hear(when)
+
+
+#: The board operations a request may ask for, by their protocol op (``list`` is answered
+#: above them).
+_OPERATIONS = {row.protocol_op: row for row in BY_OP.values()}
+
+
+def _argument(request: dict[str, Any], argument: Argument) -> Any:
+    """The value of ``argument`` in ``request``: a ``ClaimRequest`` of its ``ttl`` (0 when
+    absent) for the request."""
+    if argument == "request":
+        return ClaimRequest(timedelta(microseconds=request.get("ttl", 0)))
+    return request[ARGUMENT_FIELDS[argument]]
 
 
 def serve(

@@ -18,13 +18,22 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
+from taskboard._operations import OPTIONAL_OPERATIONS
 from taskboard._protocol.child import EXIT_GRACE, Child, await_exits
 from taskboard._protocol.codec import PROTOCOL_VERSION, ProtocolError
 
 __all__ = ["ExecStartError", "Hello", "end_spares", "hello_of", "start_child", "take_child"]
 
-#: The optional ops a child may declare in ``hello``.
-OPTIONAL_OPS = frozenset({"renew", "fail", "connect", "restart_storage", "drop_connections"})
+#: The optional ops a child may declare in ``hello``: the optional board operations, and the
+#: protocol's own.
+OPTIONAL_OPS = frozenset(
+    {
+        *(row.protocol_op for row in OPTIONAL_OPERATIONS),
+        "connect",
+        "restart_storage",
+        "drop_connections",
+    }
+)
 
 
 class ExecStartError(Exception):

@@ -6,12 +6,10 @@ in these values, so "claim t1 as a2 for 5ms" is written down exactly once.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import cast
 
-from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard, Task
+from taskboard._contract import Board, Task
 from taskboard._errors import (
     BlockedError,
     BoardError,
@@ -20,6 +18,7 @@ from taskboard._errors import (
     TakenError,
     TerminalError,
 )
+from taskboard._operations import BY_OP, Op
 
 __all__ = [
     "CONTRACT_ERRORS",
@@ -34,16 +33,6 @@ __all__ = [
     "format_duration",
     "is_infrastructure_fault",
 ]
-
-
-class Op(enum.StrEnum):
-    """The board operations the model judges (``list_tasks`` is read after every step)."""
-
-    CLAIM = "claim"
-    RENEW = "renew"
-    RELEASE = "release"
-    COMPLETE = "complete"
-    FAIL = "fail"
 
 
 #: The exceptions that are contract outcomes, most specific first, by the name outcomes use.
@@ -90,29 +79,23 @@ class Call:
         """Call this operation on ``board`` and return what it returned (or let it raise)."""
         # No isinstance() against the optional protocols: a runtime Protocol check costs more
         # than the call, and a board without the method raises AttributeError anyway.
-        match self.op:
-            case Op.CLAIM:
-                return board.claim(self.task_id, self.agent, ClaimRequest(self.ttl))
-            case Op.RENEW:
-                renewing = cast(RenewingBoard, board)
-                return renewing.renew(self.task_id, self.token, ClaimRequest(self.ttl))
-            case Op.RELEASE:
-                board.release(self.task_id, self.token)
-            case Op.COMPLETE:
-                board.complete(self.task_id, self.token)
-            case Op.FAIL:
-                cast(FailingBoard, board).fail(self.task_id, self.token)
-        return None
+        result: Task | None = _INVOKE[self.op](board, self)
+        return result
 
     def __str__(self) -> str:
+        row = BY_OP[self.op]
         args = [repr(self.task_id)]
-        if self.op is Op.CLAIM:
-            args.append(f"agent={self.agent!r}")
-        else:
+        if row.token:
             args.append(f"token={_short(self.token)}")
-        if self.op in (Op.CLAIM, Op.RENEW):
+        else:
+            args.append(f"agent={self.agent!r}")
+        if row.request:
             args.append(f"ttl={format_duration(self.ttl)}")
         return f"{self.op}({', '.join(args)})"
+
+
+#: How :meth:`Call.invoke` calls each operation, from the table of operations.
+_INVOKE = {op: row.invoke for op, row in BY_OP.items()}
 
 
 def _short(token: str) -> str:

@@ -76,6 +76,7 @@ from typing import Literal, TypeAlias
 import networkx as nx
 
 from taskboard._contract import Lease, State, Task
+from taskboard._operations import BY_OP
 from taskboard.model._calls import Call, Op, Outcome, Window
 from taskboard.model._model import BoardModel, ContractViolation, applied_outcome
 
@@ -415,7 +416,7 @@ def _applied_outcome(
 ) -> Outcome | None:
     """What an ambiguous call returned if it took effect, when that can be known."""
     if final is None:
-        return Outcome() if call.op in (Op.RELEASE, Op.COMPLETE, Op.FAIL) else None
+        return Outcome() if BY_OP[call.op].returns == "nothing" else None
     return applied_outcome(call, final, known_tokens)
 
 

@@ -20,6 +20,7 @@ from typing import Literal, get_args
 
 from taskboard._clock import as_utc
 from taskboard._contract import Lease, State, Task
+from taskboard._operations import BY_OP
 from taskboard.model._calls import (
     Allowed,
     Call,
@@ -65,7 +66,8 @@ ExpiredLeasePolicy = Literal["either", "accept", "reject"]
 #: The three :data:`ExpiredLeasePolicy` values, for checking one read at run time.
 EXPIRED_LEASE_POLICIES: tuple[str, ...] = get_args(ExpiredLeasePolicy)
 
-_AFTER = {Op.RELEASE: State.OPEN, Op.COMPLETE: State.DONE, Op.FAIL: State.FAILED}
+#: The state each operation that ends a lease leaves its task in.
+_AFTER = {op: row.leaves for op, row in BY_OP.items() if row.ends_lease and row.leaves is not None}
 
 
 def is_live(lease: Lease | None, now: datetime) -> bool:

@@ -17,6 +17,7 @@ from typing import Literal
 
 from taskboard._clock import as_utc
 from taskboard._contract import Lease, State, Task
+from taskboard._operations import BY_OP
 from taskboard.model._calls import Call, Op, Outcome, Window, describe_task, format_duration
 from taskboard.model._violation import ContractViolation
 
@@ -38,13 +39,7 @@ __all__ = [
 ]
 
 #: The clause each operation's success is defined by.
-SUCCESS_CLAUSE = {
-    Op.CLAIM: "SPEC 3.1",
-    Op.RENEW: "SPEC 3.5",
-    Op.RELEASE: "SPEC 3.2",
-    Op.COMPLETE: "SPEC 3.3",
-    Op.FAIL: "SPEC 3.6",
-}
+SUCCESS_CLAUSE = {op: f"SPEC {row.spec}" for op, row in BY_OP.items()}
 
 #: How the next observed seq of a task relates to the one the model holds.
 SeqRule = Literal["adopt", "equal", "grow"]
@@ -346,7 +341,7 @@ def applied_outcome(
     for its agent under a token not in ``known_tokens``; a renew, the task under the
     same token. ``None``: the snapshot shows no such lease.
     """
-    if call.op in (Op.RELEASE, Op.COMPLETE, Op.FAIL):
+    if BY_OP[call.op].returns == "nothing":
         return Outcome()
     task = next((t for t in snapshot if isinstance(t, Task) and t.id == call.task_id), None)
     if task is None or task.state is not State.CLAIMED or task.lease is None:

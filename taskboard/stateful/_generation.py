@@ -11,6 +11,7 @@ import networkx as nx
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from taskboard._operations import OPERATIONS
 from taskboard.stateful._hypothesis import choice
 from taskboard.stateful._trace import FORGERIES
 
@@ -67,8 +68,9 @@ HOLDERS = ("latest", "previous")
 #: What happens on the lease's task right after a jump to (just before) its expiry. Claim and
 #: renew are listed twice: the boundary decides their outcome, so they matter most there.
 AT_EXPIRY = ("claim", "renew", "claim", "renew", "release", "complete", "fail", "nothing")
-#: Operations that act with a token, by name (names keep Hypothesis's printed steps runnable).
-TOKEN_OPS = ("release", "complete", "renew", "fail")
+#: Operations that act with a token, by name (names keep Hypothesis's printed steps runnable),
+#: in the table's order: release, complete, renew, fail.
+TOKEN_OPS = tuple(row.name for row in OPERATIONS if row.token)
 #: Ways to act with a token that is not the task's lease's: another task's lease's token, or
 #: a forgery close to the real one.
 WRONG_TOKENS = ("another task's", *FORGERIES)

@@ -22,9 +22,16 @@ from typing import Any, NoReturn, Protocol
 
 from taskboard._check import check
 from taskboard._clock import Clock, ManualClock, SystemClock, as_utc
-from taskboard._contract import Board, FailingBoard, RenewingBoard, State, Task
+from taskboard._contract import Board, State, Task
 from taskboard._driver import Driver, close_driven, driven, is_async_board, make_driven
 from taskboard._errors import BoardError
+from taskboard._operations import (
+    ACTS_WITH_TOKEN,
+    ENDS_LEASE,
+    GRANTS_LEASE,
+    OPTIONAL_NAMES,
+    operations_of,
+)
 from taskboard.model import (
     BoardModel,
     Call,
@@ -157,7 +164,7 @@ STOP_POLL = timedelta(milliseconds=50)
 def outlive_keep_alive(config: MachineConfig, clock: Clock, call: Call, outcome: Outcome) -> None:
     """After a lease ended on a board with a keep-alive, wait one keep-alive interval: one
     that outlives its lease shows in the snapshot that follows."""
-    ended = outcome.ok and call.op in (Op.RELEASE, Op.COMPLETE, Op.FAIL)
+    ended = outcome.ok and call.op in ENDS_LEASE
     if config.keep_alive and ended:
         sleep_until(clock, clock.now() + config.keep_alive, stoppable=True)
 
@@ -251,8 +258,12 @@ class Session:
         self.made_board: Any = made
         self.board: Board = board
         self.driver: Driver = driver
-        self.renewing = isinstance(board, RenewingBoard)
-        self.failing = isinstance(board, FailingBoard)
+        #: The optional operations the board has (``taskboard._operations``), and those it
+        #: lacks; ``renewing`` and ``failing`` say it of two, for the machine's preconditions.
+        self.operations = operations_of(board)
+        self.lacking = OPTIONAL_NAMES - self.operations
+        self.renewing = Op.RENEW in self.operations
+        self.failing = Op.FAIL in self.operations
         self.model = BoardModel.start(
             tasks, policy=config.policy, resolution=self.tick, keeps_alive=bool(config.keep_alive)
         )
@@ -277,16 +288,13 @@ class Session:
             InfrastructureFault: ``close_board`` raised, and no other failure is on its way
                 (then the failure gets a note of it instead).
         """
-        operations = frozenset(
-            op for op, has in (("renew", self.renewing), ("fail", self.failing)) if has
-        )
         stats = ExampleStats(
             self.parallel,
             tuple(self.trace),
             self.labels,
             self.transitions,
             self.concurrent_calls,
-            operations,
+            self.operations,
             failed=self.failure is not None,
         )
         _example_ended(stats)
@@ -307,8 +315,8 @@ class Session:
     # -- calls -------------------------------------------------------------------------------
 
     def supports(self, op: str) -> bool:
-        """True unless ``op`` is ``renew`` or ``fail`` and the board has no such method."""
-        return (op != Op.RENEW or self.renewing) and (op != Op.FAIL or self.failing)
+        """True unless ``op`` is an optional operation (``renew``, ``fail``) the board lacks."""
+        return op not in self.lacking
 
     def perform(self, call: Call, ref: str = "") -> Outcome:
         """Call the board, judge the outcome with the model, then check the snapshot.
@@ -325,7 +333,7 @@ class Session:
         now = self.clock.now()
         # On the wall clock what is allowed depends on when the call returns (SPEC 7).
         allowed = None if self.wall else self.model.expect(call, now)
-        if not ref and call.op is not Op.CLAIM:
+        if not ref and call.op in ACTS_WITH_TOKEN:
             ref = token_ref(call.token, self.labels)
         board_exc: Exception | None = None
         try:
@@ -418,12 +426,12 @@ class Session:
     def _remember_untils(self, call: Call, outcome: Outcome) -> None:
         if not outcome.ok:
             return
-        if call.op in (Op.CLAIM, Op.RENEW):
+        if call.op in GRANTS_LEASE:
             task = self.model.task(call.task_id)
             assert task is not None
             assert task.lease is not None
             self.untils[task.lease.token] = task.lease.until
-        else:
+        elif call.op in ENDS_LEASE:  # an operation that does neither leaves the lease as it is
             self.given_up.add(call.token)
 
     # -- whose token ---------------------------------------------------------------------------
@@ -650,8 +658,8 @@ def transition_of(model: BoardModel, call: Call, when: When) -> tuple[str, str]:
         state = "claimed, at until" if until == now or len(instants) > 1 else f"claimed, {expiry}"
     else:
         state = str(task.state)
-    if call.op is Op.CLAIM:
-        return state, "claim" if call.agent else "claim (empty agent)"
+    if call.op not in ACTS_WITH_TOKEN:  # it acts as an agent (a claim)
+        return state, str(call.op) if call.agent else f"{call.op} (empty agent)"
     issued = model.lease_of(call.token)
     if task is not None and task.lease is not None and call.token == task.lease.token:
         kind = "current"

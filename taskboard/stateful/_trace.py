@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from taskboard._clock import as_utc
-from taskboard.model import Call, Op, Outcome, format_duration
+from taskboard._operations import BY_OP
+from taskboard.model import Call, Outcome, format_duration
 
 __all__ = [
     "FORGERIES",
@@ -86,12 +87,13 @@ def signed_offset(delta: timedelta) -> str:
 
 def render_call(call: Call, token_label: Callable[[str], str]) -> str:
     """A call as a report shows it, its token named by ``token_label`` (``L3``, say)."""
-    if call.op is Op.CLAIM:
-        args = f"{call.task_id!r}, agent={call.agent!r}, ttl={format_duration(call.ttl)}"
-    else:
+    row = BY_OP[call.op]
+    if row.token:
         args = f"{call.task_id!r}, token={token_label(call.token)}"
-        if call.op is Op.RENEW:
-            args += f", ttl={format_duration(call.ttl)}"
+    else:
+        args = f"{call.task_id!r}, agent={call.agent!r}"
+    if row.request:
+        args += f", ttl={format_duration(call.ttl)}"
     return f"{call.op}({args})"
 
 

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
+from taskboard._operations import BY_OP
 from taskboard.model import Call, Op, Step
 from taskboard.stateful._fields import Reader, read_count
 from taskboard.stateful._generation import (
@@ -57,7 +58,7 @@ PROGRAM_ACTIONS = ("complete", "renew", "complete", "release", "fail")
 def act_as_holder(session: Runner, op: Op, task: str, holder: str, ttl_ticks: int = 0) -> None:
     """Act on ``task`` with its latest lease's token, or the one before it (``holder``)."""
     token = session.token_of(task, holder) or NEVER_ISSUED
-    ttl = session.config.lease_ttl(ttl_ticks) if op is Op.RENEW else timedelta(0)
+    ttl = session.config.lease_ttl(ttl_ticks) if BY_OP[op].request else timedelta(0)
     session.perform(Call(op, task, token=token, ttl=ttl))
 
 
