@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RULE_MARKER
+from hypothesis.stateful import RULE_MARKER, rule
 
 from taskboard.hosts.memory import MemoryBoard
-from taskboard.stateful import BoardMachine, parse_trace, trace_to_json
+from taskboard.stateful import BoardMachine, _steps, parse_trace, trace_to_json
 from taskboard.stateful._fields import Reader, TraceFileError
 from taskboard.stateful._generation import TASK_IDS
+from taskboard.stateful._parallel import run_program
 from taskboard.stateful._steps import (
-    PROGRAM_OPS,
     STEP_KINDS,
     ActStep,
     AdvanceStep,
@@ -26,8 +26,11 @@ from taskboard.stateful._steps import (
     NemesisStep,
     ParallelProgram,
     ProgramDraw,
+    ProgramStep,
+    StepKind,
     kind_of,
     machine_rules,
+    program_ops,
     program_steps,
     read_program_step,
     read_step,
@@ -63,7 +66,7 @@ def test_each_name_belongs_to_one_kind() -> None:
     """No two kinds answer to the same name, so a trace's step finds one kind."""
     names = [name for kind in STEP_KINDS for name in kind.names]
     assert len(names) == len(set(names))
-    assert set(PROGRAM_OPS) == set(names)
+    assert set(program_ops()) == set(names)
 
 
 @settings(max_examples=200, deadline=None)
@@ -168,3 +171,80 @@ def test_every_recorded_step_of_a_run_round_trips_through_its_kind() -> None:
         # A token is written as the label of its lease (L1), which replay maps to its own.
         assert write_step(read) == record
         assert dataclasses.replace(read, call=step.call) == step
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitStep(ProgramStep):
+    """A program step of a kind the package does not have: the clock moved a few units."""
+
+    units: int
+
+    @property
+    def op(self) -> str:
+        return "wait"
+
+    def run(self, session: Any) -> None:
+        session.move_clock(session.clock.now() + self.units * session.config.ttl_unit, "waited")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "units": self.units}
+
+
+@rule(units=st.integers(1, 3))
+def wait(self: Any, units: int) -> None:
+    """Move the clock a few units, as a new kind's rule."""
+    WaitStep(units).run(self._session)
+
+
+class WaitKind(StepKind):
+    """A new kind of step, defined outside the package, as a host might add one."""
+
+    names = ("wait",)
+
+    def rules(self, nemesis: tuple[str, ...]) -> dict[str, Any]:
+        return {"wait": wait}
+
+    def program_strategies(self, draw: ProgramDraw) -> tuple[Any, ...]:
+        return (st.builds(WaitStep, st.integers(1, 3)),) if draw.in_prefix else ()
+
+    def read_program_step(self, op: str, reader: Reader) -> ProgramStep:
+        return WaitStep(reader.get("units", int))
+
+
+def test_a_new_kind_of_step_plugs_in_through_the_registry_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kind added to STEP_KINDS, and nothing else, is a rule of a machine, a step that
+    programs draw, and a program step that trace files read and the parallel mode runs."""
+    monkeypatch.setattr(_steps, "STEP_KINDS", (*STEP_KINDS, WaitKind()))
+    machine = BoardMachine.for_board(MemoryBoard)
+    assert "wait" in rule_names(machine)
+    draw = ProgramDraw(st.sampled_from(TASK_IDS), in_prefix=True)
+    assert WaitStep(2) in collected(program_steps(draw))
+    assert read_program_step(Reader("<test>", "prefix[0]", {"op": "wait", "units": 2})) == WaitStep(
+        2
+    )
+    program = ParallelProgram(
+        DEPS, (ClaimStep("t1", "a1", 1), WaitStep(2)), ((ActStep("complete", "t1"),),)
+    )
+    run_program(machine, program)  # the new step ran in the prefix, every check after it
+    state = machine()
+    state.start(deps=DEPS, start_ticks=0)
+    try:
+        state.wait(units=3)
+        assert state.trace[-1].advance == 3 * state.config.ttl_unit
+    finally:
+        state.teardown()
+
+
+def collected(strategy: Any) -> list[Any]:
+    """Values ``strategy`` draws over a few hundred examples (to see which kinds it draws)."""
+    values: list[Any] = []
+
+    @settings(max_examples=300, database=None)
+    @given(strategy)
+    def draw(value: Any) -> None:
+        values.append(value)
+
+    draw()
+    return values

@@ -7,6 +7,7 @@ rules, program steps, recorded steps) whose ``KIND`` is added to :data:`STEP_KIN
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -33,7 +34,6 @@ from taskboard.stateful._trace import NEMESIS_HOOKS, signed_offset
 
 __all__ = [
     "LEASES",
-    "PROGRAM_OPS",
     "STEP_KINDS",
     "ActStep",
     "AdvanceStep",
@@ -45,8 +45,10 @@ __all__ = [
     "ProgramStep",
     "Replay",
     "StepKind",
+    "kind_named",
     "kind_of",
     "machine_rules",
+    "program_ops",
     "program_steps",
     "read_program_step",
     "read_step",
@@ -66,17 +68,30 @@ STEP_KINDS: tuple[StepKind, ...] = (
     nemesis.KIND,
 )
 
-_BY_NAME = {name: kind for kind in STEP_KINDS for name in kind.names}
-#: What a program step may be called in a trace file.
-PROGRAM_OPS = tuple(_BY_NAME)
+
+
+@functools.cache
+def _by_name(kinds: tuple[StepKind, ...]) -> dict[str, StepKind]:
+    return {name: kind for kind in kinds for name in kind.names}
+
+
+def kind_named(name: str) -> StepKind | None:
+    """The kind that answers to ``name`` (a program step's ``op``, a recorded step's name)."""
+    return _by_name(STEP_KINDS).get(name)
+
+
+def program_ops() -> tuple[str, ...]:
+    """What a program step may be called in a trace file."""
+    return tuple(_by_name(STEP_KINDS))
 
 
 def kind_of(step: Step) -> StepKind:
     """The kind that recorded ``step``: by its nemesis hook, its call's operation, or else
     the clock's."""
+    by_name = _by_name(STEP_KINDS)
     if step.nemesis:
-        return _BY_NAME[step.nemesis]
-    return _BY_NAME[str(step.call.op) if step.call is not None else "advance"]
+        return by_name[step.nemesis]
+    return by_name[str(step.call.op) if step.call is not None else "advance"]
 
 
 def machine_rules(nemesis: tuple[str, ...]) -> dict[str, Callable[..., Any]]:
@@ -124,11 +139,13 @@ def read_step(reader: Reader, expected_index: int) -> Step:
             raise reader.error("hook", f"expected 'restart' or 'drop', got {name!r}")
     elif written == "clock":
         name = "advance"
-    elif written in _BY_NAME:  # a kind that writes steps of its own
+    elif kind_named(written) is not None:  # a kind that writes steps of its own
         name = written
     else:
         raise reader.error("kind", f"expected 'call', 'clock' or 'nemesis', got {written!r}")
-    return _BY_NAME[name].read_step(name, reader, index, at)
+    kind = kind_named(name)
+    assert kind is not None
+    return kind.read_step(name, reader, index, at)
 
 
 def read_program_step(reader: Reader) -> ProgramStep:
@@ -138,9 +155,10 @@ def read_program_step(reader: Reader) -> ProgramStep:
         TraceFileError: a field is missing or wrong, named by its path.
     """
     op = reader.get("op", str)
-    if op not in _BY_NAME:
-        raise reader.error("op", f"{op!r} is not one of {', '.join(PROGRAM_OPS)}")
-    return _BY_NAME[op].read_program_step(op, reader)
+    kind = kind_named(op)
+    if kind is None:
+        raise reader.error("op", f"{op!r} is not one of {', '.join(program_ops())}")
+    return kind.read_program_step(op, reader)
 
 
 def replay_step(replay: Replay, step: Step) -> None:
