@@ -17,11 +17,11 @@ from taskboard._clock import ManualClock, SystemClock
 from taskboard._contract import Task
 from taskboard._driver import CORE_METHODS, close_driven, make_driven
 from taskboard._protocol.board import ExecStartError
+from taskboard._race import address_of
 from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._generation import TASK_IDS, grid_start
 from taskboard.stateful._hypothesis import applied_settings, key_database_by
 from taskboard.stateful._machine import BoardMachine
-from taskboard.stateful._processes import address_of
 
 __all__ = [
     "DEFAULT_TARGET",
