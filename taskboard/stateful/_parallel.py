@@ -196,7 +196,8 @@ def run_parallel_state_machine(
     test = carry_seed_and_reproduction(machine_cls, test)
     # An example is three whole runs with threads: no per-example deadline applies.
     test = type_settings(settings or type_settings(), deadline=None)(test)
-    with failures_reported(machine_cls):
+    # One pool of worker processes for every program of the run (--processes).
+    with failures_reported(machine_cls), worker_pool():
         test()
 
 
