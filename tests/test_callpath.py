@@ -39,7 +39,7 @@ def recording(name: str, log: list[str]) -> Interceptor:
         log.append(f"{name} before {call.op}")
         try:
             returned = yield
-        except Exception as exc:
+        except BaseException as exc:
             log.append(f"{name} saw {type(exc).__name__}")
             raise
         log.append(f"{name} saw {type(returned).__name__}")
@@ -155,7 +155,7 @@ def test_a_keyboard_interrupt_propagates_after_the_interceptors_saw_it() -> None
 
     with pytest.raises(KeyboardInterrupt):
         make_call(CLAIM, Interrupted([Task("t1")], ManualClock()), [recording("only", log)])
-    assert log == ["only before claim"]
+    assert log == ["only before claim", "only saw KeyboardInterrupt"]
 
 
 def test_a_session_with_client_skew_installs_the_client_clocks() -> None:
