@@ -415,8 +415,8 @@ def _history(session: Session, lanes: Sequence[Lane]) -> list[Operation]:
     race, as it may take effect until then."""
     ended = session.clock.now()
     made = [(thread, record) for thread, lane in enumerate(lanes) for record in lane.made]
-    returned = sorted(range(len(made)), key=lambda i: made[i][1].returned)
-    ids = {position: op_id for op_id, position in enumerate(returned)}
+    by_return = sorted(range(len(made)), key=lambda i: made[i][1].returned)
+    ids = {position: op_id for op_id, position in enumerate(by_return)}
     history = []
     for position, (thread, record) in enumerate(made):
         outcome = None if record.ambiguous else record.outcome
@@ -424,11 +424,9 @@ def _history(session: Session, lanes: Sequence[Lane]) -> list[Operation]:
         if session.wall and record.started is not None and record.ended is not None:
             until = ended if outcome is None else record.ended
             window = Window.around(record.started, until, session.skew)
-        back = math.inf if outcome is None else record.returned
-        call = record.call
-        history.append(
-            Operation(ids[position], thread, call, outcome, record.invoked, back, window)
-        )
+        returned = math.inf if outcome is None else record.returned
+        call, invoked = record.call, record.invoked
+        history.append(Operation(ids[position], thread, call, outcome, invoked, returned, window))
     return history
 
 
