@@ -253,7 +253,6 @@ class WorkerPool:
     def __init__(self, size: int = POOL_SIZE) -> None:
         self.size = size
         self._executor: ProcessPoolExecutor | None = None
-        self._hung = False
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -262,10 +261,11 @@ class WorkerPool:
         self.close()
 
     def close(self) -> None:
-        """Stop the worker processes; a worker still inside a hung call is not waited for."""
+        """Tell the worker processes to stop, and return: they exit on their own (joining them
+        would cost a run a third of a second, or forever if one is inside a hung call)."""
         executor, self._executor = self._executor, None
         if executor is not None:
-            executor.shutdown(wait=not self._hung, cancel_futures=True)
+            executor.shutdown(wait=False, cancel_futures=True)
 
     def _workers(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -274,7 +274,7 @@ class WorkerPool:
             # One job each, all at once: every worker is spawned now, not by a later race.
             for warming in [executor.submit(_ready) for _ in range(self.size)]:
                 warming.result()
-            self._executor, self._hung = executor, False
+            self._executor = executor
         return self._executor
 
     def race(
@@ -314,7 +314,6 @@ class WorkerPool:
         try:
             return Lane(tuple(future.result(timeout=max(0.0, deadline - time.monotonic()))))
         except FutureTimeout:
-            self._hung = True
             return Lane((), finished=False)
 
 
