@@ -59,6 +59,8 @@ OpenClient = Callable[[], object]
 START_DELAY = 0.05
 #: The most participants a process race has, and so the most worker processes a pool keeps.
 POOL_SIZE = 4
+#: Seconds a pool's workers may take to start (and import taskboard) before it gives up.
+SPAWN_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -271,9 +273,14 @@ class WorkerPool:
         if self._executor is None:
             context = multiprocessing.get_context("spawn")
             executor = ProcessPoolExecutor(max_workers=self.size, mp_context=context)
-            # One job each, all at once: every worker is spawned now, not by a later race.
-            for warming in [executor.submit(_ready) for _ in range(self.size)]:
-                warming.result()
+            # One job each, all at once: every worker is spawned now, not by a later race,
+            # whose participants would then miss their start instant.
+            try:
+                for warming in [executor.submit(_ready) for _ in range(self.size)]:
+                    warming.result(timeout=SPAWN_TIMEOUT)
+            except BaseException:
+                executor.shutdown(wait=False, cancel_futures=True)
+                raise
             self._executor = executor
         return self._executor
 
@@ -294,8 +301,9 @@ class WorkerPool:
 
         Raises:
             Exception: what a worker raised outside its calls (opening or closing its client,
-                a maker), or ``BrokenProcessPool`` when a worker died; the next race then
-                starts a new pool.
+                a maker); ``BrokenProcessPool`` when a worker died (the next race then starts
+                a new pool); ``TimeoutError`` when the workers did not start within
+                :data:`SPAWN_TIMEOUT` seconds.
         """
         executor = self._workers()
         start_at = time.monotonic() + START_DELAY

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Generator, Mapping
+from concurrent.futures.process import BrokenProcessPool
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -249,3 +251,18 @@ def test_a_run_keeps_one_worker_pool_for_all_its_races() -> None:
         assert inner is run
     with worker_pool() as later:
         assert later is not run
+
+
+def exit_abruptly() -> MemoryBoard:
+    """In a worker process: die as a crashed driver would."""
+    os._exit(3)
+
+
+def test_a_pool_whose_worker_died_starts_anew_for_the_next_race() -> None:
+    """A worker that dies breaks its race with BrokenProcessPool; the next race gets a new pool."""
+    with WorkerPool(1) as pool:
+        with pytest.raises(BrokenProcessPool):
+            pool.race(exit_abruptly, [[Preset(CLAIM)]], timeout=60)
+        (lane,) = pool.race(open_time_board, [[Preset(CLAIM)]], timeout=60)
+    assert lane.finished
+    assert lane.made[0].outcome.ok
