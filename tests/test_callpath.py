@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,10 +17,12 @@ from taskboard import ClaimRequest, ManualClock, Task
 from taskboard._callpath import Interceptor, make_call
 from taskboard._race import Preset, WorkerPool, race_on_threads, worker_pool
 from taskboard.hosts.memory import MemoryBoard
+from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.model import Call, Op
 from taskboard.stateful import BoardMachine
 from taskboard.stateful._client_clocks import ClientClock
 from taskboard.stateful._generation import grid_start
+from taskboard.stateful._parallel import _run_threads
 from taskboard.stateful._session import Session
 
 HOUR = timedelta(hours=1)
@@ -266,3 +270,28 @@ def test_a_pool_whose_worker_died_starts_anew_for_the_next_race() -> None:
         (lane,) = pool.race(open_time_board, [[Preset(CLAIM)]], timeout=60)
     assert lane.finished
     assert lane.made[0].outcome.ok
+
+
+def test_a_run_with_client_skew_sends_its_client_clocks_to_the_worker_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--processes with client_clock_skew: the run's races in processes carry a ClientClock."""
+    sent: list[Sequence[Interceptor]] = []
+
+    def race(self: WorkerPool, *args: Any, interceptors: Sequence[Interceptor], **kw: Any) -> Any:
+        sent.append(interceptors)
+        return []
+
+    monkeypatch.setattr(WorkerPool, "race", race)
+    machine = BoardMachine.for_board(
+        lambda tasks, clock: SQLiteBoard(tasks, clock, str(tmp_path / "board.db")),
+        clock_mode="wall",
+        client_clock_skew=HOUR,
+        parallel_processes=True,
+    )
+    session = Session(machine(), [Task("t1")], grid_start(timedelta(microseconds=1)), parallel=True)
+    try:
+        _run_threads(session, [[]])
+    finally:
+        session.close()
+    assert [[type(i) for i in interceptors] for interceptors in sent] == [[ClientClock]]
