@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 from taskboard._contract import Board, ClaimRequest
-from taskboard._driver import LoopDriver, driven, is_async_board, start_line
+from taskboard._driver import LoopDriver, driven, is_async_board
 from taskboard._errors import (
     BoardError,
     CriterionError,
@@ -21,6 +20,8 @@ from taskboard._errors import (
     LeaseLostError,
     TakenError,
 )
+from taskboard._race import Lane, Preset, race_on_threads
+from taskboard.model._calls import Call, Op
 
 __all__ = ["DEFAULT_TIMEOUT", "SETUP_AGENT", "concurrent_claim", "duplicate_token_submit"]
 
@@ -38,72 +39,58 @@ _INFRA_HINT = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Outcome:
-    """What one participant did.
-
-    ``value`` and ``error`` belong to the participant's thread and are read only
-    once ``done`` is set; ``timed_out`` belongs to the thread that runs the race,
-    so a participant finishing late cannot overwrite its own timeout.
-    """
+    """What one participant did: returned ``value``, or failed (raised, or timed out)."""
 
     label: str
-    done: threading.Event = field(default_factory=threading.Event)
     value: object = None
-    error: Exception | None = None
-    timed_out: TimeoutError | None = None
-
-    @property
-    def failure(self) -> Exception | None:
-        """The exception this participant counts with: its timeout, else what it raised."""
-        return self.error if self.timed_out is None else self.timed_out
+    failure: Exception | None = None
+    timed_out: bool = False
 
 
-def _participant(barrier: threading.Barrier, call: Callable[[], object], out: _Outcome) -> None:
-    try:
-        barrier.wait()
-    except threading.BrokenBarrierError:
-        return  # the race was called off before the start line; nobody reads this outcome
-    try:
-        out.value = call()
-    except Exception as exc:
-        out.error = exc
-    except BaseException as exc:  # SystemExit & co. would otherwise end the thread silently
-        wrapped = RuntimeError(f"{out.label} raised {type(exc).__name__}: {exc}")
-        wrapped.__cause__ = exc
-        out.error = wrapped
-    finally:
-        out.done.set()
+def _outcome(label: str, lane: Lane, timeout: float) -> _Outcome:
+    if not lane.finished:
+        late = TimeoutError(
+            f"{label} did not return within the {timeout:g} s timeout; it is still running "
+            "(in a daemon thread) and whatever it does later is ignored"
+        )
+        return _Outcome(label, failure=late, timed_out=True)
+    if lane.crash is not None:  # SystemExit & co., which a thread would end on silently
+        crash = lane.crash
+        if not isinstance(crash, Exception):
+            wrapped = RuntimeError(f"{label} raised {type(crash).__name__}: {crash}")
+            wrapped.__cause__ = crash
+            crash = wrapped
+        return _Outcome(label, failure=crash)
+    (made,) = lane.made
+    return _Outcome(label, made.value, made.error)
 
 
 def _race(
-    calls: Sequence[tuple[str, Callable[[], object]]],
+    calls: Sequence[tuple[str, Board, Call]],
     timeout: float,
     deadline: float | None = None,
 ) -> list[_Outcome]:
-    """Run every call in its own daemon thread, all released from one barrier.
+    """Make every call in its own daemon thread, all from one start line (see
+    :func:`taskboard._race.race_on_threads`).
 
     Each call must return before ``deadline`` (a ``time.monotonic()`` value), or
     ``timeout`` seconds after the start line when ``deadline`` is None; a call
-    that does not gets a :class:`TimeoutError` in ``timed_out`` and is left running.
+    that does not is a :class:`TimeoutError` and is left running.
     """
-    barrier = threading.Barrier(len(calls) + 1)
-    outcomes = [_Outcome(label) for label, _ in calls]
-    threads = [
-        threading.Thread(
-            target=_participant,
-            args=(barrier, call, out),
-            name=f"taskboard: {out.label}",
-            daemon=True,  # a hung board must not block interpreter exit
-        )
-        for out, (_, call) in zip(outcomes, calls, strict=True)
-    ]
     try:
-        for thread in threads:
-            thread.start()
-        barrier.wait(timeout=timeout)  # BrokenBarrierError is a RuntimeError, as is a failed start
-    except RuntimeError as exc:
-        barrier.abort()
+        lanes = race_on_threads(
+            [board for _, board, _ in calls],
+            [[Preset(call)] for _, _, call in calls],
+            timeout=timeout,
+            deadline=deadline,
+            names=[f"taskboard: {label}" for label, _, _ in calls],
+        )
+        unstarted = next((lane.crash for lane in lanes if not lane.started), None)
+        if unstarted is not None:
+            raise unstarted
+    except RuntimeError as exc:  # BrokenBarrierError is a RuntimeError, as is a failed start
         raise CriterionError(
             "infrastructure fault",
             f"could not bring {len(calls)} participant threads to the start line within "
@@ -111,15 +98,9 @@ def _race(
             "is out of threads or overloaded: free resources or use fewer participants.",
             [exc],
         ) from None
-    if deadline is None:
-        deadline = time.monotonic() + timeout
-    for out in outcomes:
-        if not out.done.wait(max(0.0, deadline - time.monotonic())):
-            out.timed_out = TimeoutError(
-                f"{out.label} did not return within the {timeout:g} s timeout; it is still running "
-                "(in a daemon thread) and whatever it does later is ignored"
-            )
-    return outcomes
+    return [
+        _outcome(label, lane, timeout) for (label, _, _), lane in zip(calls, lanes, strict=True)
+    ]
 
 
 def _callers(
@@ -191,7 +172,7 @@ def _collect(outcomes: Sequence[_Outcome], loser: type[BoardError]) -> _Tally:
         elif isinstance(failure, loser):
             tally.losers += 1
         else:
-            if out.timed_out is not None:
+            if out.timed_out:
                 tally.timeouts += 1
             else:
                 failure.add_note(f"taskboard: raised by {out.label}")
@@ -310,12 +291,12 @@ def concurrent_claim(
     calls = [
         (
             f"agent #{i} {where}.claim({task_id!r}, {agent!r}, {request!r})",
-            functools.partial(caller.claim, task_id, agent, request),
+            caller,
+            Call(Op.CLAIM, task_id, agent=agent, ttl=ttl),
         )
         for i, (agent, (where, caller)) in enumerate(zip(agents, callers, strict=True))
     ]
-    with start_line(board, len(calls)):
-        tally = _collect(_race(calls, seconds), TakenError)
+    tally = _collect(_race(calls, seconds), TakenError)
     if not tally.others:
         return tally.winners
     verdict = _verdict(tally.others)
@@ -413,7 +394,7 @@ def duplicate_token_submit(
 
     claim_label = f"the set-up board.claim({task_id!r}, {SETUP_AGENT!r}, {request!r})"
     (setup,) = _race(
-        [(claim_label, functools.partial(board.claim, task_id, SETUP_AGENT, request))],
+        [(claim_label, board, Call(Op.CLAIM, task_id, agent=SETUP_AGENT, ttl=ttl))],
         seconds,
         deadline,
     )
@@ -446,12 +427,12 @@ def duplicate_token_submit(
     calls = [
         (
             f"submitter #{i} {where}.complete({task_id!r}, <the set-up claim's token>)",
-            functools.partial(caller.complete, task_id, token),
+            caller,
+            Call(Op.COMPLETE, task_id, token=token),
         )
         for i, (where, caller) in enumerate(callers)
     ]
-    with start_line(board, len(calls)):
-        tally = _collect(_race(calls, seconds, deadline), LeaseLostError)
+    tally = _collect(_race(calls, seconds, deadline), LeaseLostError)
     if not tally.others:
         return tally.winners
     verdict = _verdict(tally.others)

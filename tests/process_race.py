@@ -1,26 +1,26 @@
 """One board shared by several processes that race to claim one task, round by round.
 
-Each process attaches to the board (a picklable ``open_board()`` that returns a board,
-a context manager, attached rather than owning it), all at once, so set-up races too.
-Then each opens its racing client as SPEC 8 says another process does: it pickles its
-board and sends it to the next process, and unpickles the one it receives, which opens
-a new client of the same storage. Each claims ``hot`` once per round from a barrier on
-that client; the winner lets go (release, fail, or complete in the last round) before
-the next round.
+Each round is a race of the race engine's worker processes (``taskboard._race.WorkerPool``):
+every worker opens a client of the board and claims ``hot`` at one start instant. In the first
+round each worker opens its client with ``open_board()`` (a picklable function that returns a
+board, attaching rather than owning it), all at once, so set-up races too; in later rounds each
+opens it as SPEC 8 says another process does, by unpickling the board the parent attached. The
+parent lets the winner's claim go (release, fail, or complete in the last round) before the
+next round.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import functools
 import pickle
-import queue
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from multiprocessing.synchronize import Barrier
 from typing import Any
 
 import taskboard
-from taskboard import ClaimRequest, State, TakenError, Task
+from taskboard import State, Task
+from taskboard._race import Lane, Preset, WorkerPool
+from taskboard.model import Call, Op
 
 PROCESSES = 4
 ROUNDS = 20
@@ -32,84 +32,52 @@ OpenBoard = Callable[[], AbstractContextManager[Any]]
 Outcome = tuple[str, int, str, int]
 
 
-def _contender(
-    open_board: OpenBoard, index: int, barrier: Barrier, inboxes: list[Any], results: Any
-) -> None:
-    """One process: attach to the board with the others, open a client from the board the
-    previous process pickled, then claim "hot" on it once per round."""
-    outcomes: list[Outcome] = []
-    try:
-        barrier.wait(WAIT)  # every process attaches at once: set-up races too
-        with open_board() as attached:
-            inboxes[(index + 1) % PROCESSES].put(pickle.dumps(attached))
-            barrier.wait(WAIT)  # every board is pickled and sent
-            sent = inboxes[index].get(timeout=WAIT)
-            # SPEC 8: unpickling a board another process sent opens a new client of the
-            # same storage; every process opens its own right after the barrier above.
-            with pickle.loads(sent) as board:
-                _claim_rounds(board, index, barrier, outcomes)
-        results.put((index, "ok", outcomes))
-    except BaseException as exc:
-        barrier.abort()
-        results.put((index, "error", repr(exc)))
+def _round(pool: WorkerPool, open_client: Callable[[], object], round_: int) -> list[Outcome]:
+    """One claim of "hot" per worker process, from one start instant."""
+    claims = [[Preset(Call(Op.CLAIM, "hot", agent=f"agent{i % 2}"))] for i in range(PROCESSES)]
+    lanes = pool.race(open_client, claims, timeout=WAIT)
+    return [_outcome(lane, round_) for lane in lanes]
 
 
-def _claim_rounds(board: Any, index: int, barrier: Barrier, outcomes: list[Outcome]) -> None:
-    """Claim "hot" once per round on ``board``; the winner lets go before the next round."""
-    for round_ in range(ROUNDS):
-        barrier.wait(WAIT)
-        token = ""
-        try:
-            won = board.claim("hot", f"agent{index % 2}", ClaimRequest())
-        except TakenError:
-            outcomes.append(("lost", round_, "", 0))
-        else:
-            assert won.lease is not None
-            token = won.lease.token
-            outcomes.append(("won", round_, token, won.lease.fence))
-        barrier.wait(WAIT)  # every claim of this round is in before the winner lets go
-        if token and round_ == ROUNDS - 1:
-            board.complete("hot", token)
-        elif token and round_ % 2:
-            board.fail("hot", token)
-        elif token:
-            board.release("hot", token)
-        barrier.wait(WAIT)
+def _outcome(lane: Lane, round_: int) -> Outcome:
+    assert lane.finished, f"a claim in round {round_} did not return within {WAIT:g} s"
+    (made,) = lane.made
+    task = made.outcome.task
+    if made.outcome.ok and task is not None and task.lease is not None:
+        return ("won", round_, task.lease.token, task.lease.fence)
+    assert made.outcome.error == "TakenError", f"round {round_}: {made.outcome}"
+    return ("lost", round_, "", 0)
+
+
+def _let_go(board: Any, outcomes: Sequence[Outcome], round_: int) -> None:
+    """The round's one winner's claim ends: completed in the last round, else failed or
+    released."""
+    tokens = [token for won, _, token, _ in outcomes if won == "won"]
+    assert len(tokens) == 1, f"exactly one winner per round: {len(tokens)} in round {round_}"
+    if round_ == ROUNDS - 1:
+        board.complete("hot", tokens[0])
+    elif round_ % 2:
+        board.fail("hot", tokens[0])
+    else:
+        board.release("hot", tokens[0])
 
 
 def race(open_board: OpenBoard) -> None:
     """Run the race in spawned processes and check it: exactly one winner per round, every
     other claim ``TakenError``, fences strictly growing, tokens never repeating."""
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
-    results = ctx.Queue()
-    inboxes = [ctx.Queue() for _ in range(PROCESSES)]  # process i receives a board in inboxes[i]
-    procs = [
-        ctx.Process(target=_contender, args=(open_board, i, barrier, inboxes, results))
-        for i in range(PROCESSES)
-    ]
-    for p in procs:
-        p.start()
-    reports = []
-    try:
-        for _ in procs:
-            reports.append(results.get(timeout=WAIT))
-    except queue.Empty:
-        pass
-    for p in procs:
-        p.join(WAIT)
-        if p.is_alive():
-            p.kill()
-            p.join()
-    for q in (results, *inboxes):
-        q.close()
-        q.join_thread()
-    assert len(reports) == PROCESSES, reports
-    assert [r for r in reports if r[1] != "ok"] == []
-    assert all(p.exitcode == 0 for p in procs)
+    outcomes: list[Outcome] = []
+    with WorkerPool(PROCESSES) as pool:
+        first = _round(pool, open_board, 0)  # every worker attaches at once: set-up races too
+        with open_board() as board:
+            # SPEC 8: unpickling a board another process sent opens a new client of it.
+            attach = functools.partial(pickle.loads, pickle.dumps(board))
+            for round_ in range(ROUNDS):
+                done = first if round_ == 0 else _round(pool, attach, round_)
+                _let_go(board, done, round_)
+                outcomes += done
 
-    wins = sorted(o for _, _, outcomes in reports for o in outcomes if o[0] == "won")
-    losses = [o for _, _, outcomes in reports for o in outcomes if o[0] == "lost"]
+    wins = sorted(o for o in outcomes if o[0] == "won")
+    losses = [o for o in outcomes if o[0] == "lost"]
     assert [w[1] for w in wins] == list(range(ROUNDS)), "exactly one winner per round"
     assert len(losses) == ROUNDS * (PROCESSES - 1)
     fences = [w[3] for w in wins]

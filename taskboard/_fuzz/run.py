@@ -18,6 +18,7 @@ from taskboard._fuzz.fleet import Publisher
 from taskboard._fuzz.options import FuzzOptions
 from taskboard._fuzz.report import FuzzReport
 from taskboard._fuzz.targets import Target
+from taskboard._race import worker_pool
 from taskboard.model import ContractViolation, violations_in
 from taskboard.model._model import errors_in
 from taskboard.stateful._hypothesis import shrinking_for_at_most
@@ -107,7 +108,8 @@ class Run:
             tick()
 
         try:
-            self._batches(report, base, done, counted, stop)
+            with worker_pool():  # spawned once for the whole run, not once per batch
+                self._batches(report, base, done, counted, stop)
         finally:
             if publisher is not None:  # a find is published before the worker exits
                 publisher.finish(

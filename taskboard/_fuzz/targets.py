@@ -18,10 +18,10 @@ from taskboard._contract import Task
 from taskboard._driver import close_driven, make_driven
 from taskboard._operations import CORE_METHODS
 from taskboard._protocol.board import ExecStartError
+from taskboard._race import address_of
 from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._hypothesis import applied_settings, key_database_by
 from taskboard.stateful._machine import BoardMachine
-from taskboard.stateful._processes import address_of
 from taskboard.strategies import TASK_IDS, grid_start
 
 __all__ = [

@@ -71,14 +71,15 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, TypeAlias
-
-import networkx as nx
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from taskboard._contract import Lease, State, Task
 from taskboard._operations import BY_OP
 from taskboard.model._calls import Call, Op, Outcome, Window
 from taskboard.model._model import BoardModel, ContractViolation, applied_outcome
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["LinearizabilityResult", "LinearizabilityVerdict", "Operation", "check_history"]
 
@@ -503,6 +504,10 @@ def _partitions(
 
     Operations on ids the board does not have form one more group, with no tasks.
     """
+    # Imported here: networkx takes a tenth of a second to import, and `import taskboard`
+    # (whose criteria make their calls through the model's Call) checks no history.
+    import networkx as nx
+
     graph: nx.Graph[str] = nx.Graph()
     ids = {task.id for task in model.tasks}
     for task in model.tasks:

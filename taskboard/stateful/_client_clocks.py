@@ -8,24 +8,37 @@ offset of the client making it, while judging every call on its own, unshifted, 
 A board that keeps time on its server (Redis ``PX``, SQL ``now()``) or reads the
 :class:`~taskboard.SystemClock` it was given never sees the shift.
 
-The shift is per thread, so the threads of a parallel program each keep their own client's
-clock. It reaches code that looks ``time.time`` up when it calls it (``import time``), not a
-``from time import time`` bound earlier, nor ``datetime.now()`` or ``time.monotonic()``.
+The shift is an interceptor on the call path of a run that declares a skew (see
+:mod:`taskboard._callpath`): every call the run makes, in its steps, its racing threads and its
+worker processes, goes through it. The shift is per thread, so the threads of a parallel program
+each keep their own client's clock. It reaches code that looks ``time.time`` up when it calls it
+(``import time``), not a ``from time import time`` bound earlier, nor ``datetime.now()`` or
+``time.monotonic()``.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 
+from taskboard._callpath import Interceptor
 from taskboard.model import BoardModel, Call, Op
 from taskboard.stateful._generation import AGENTS
 from taskboard.stateful._trace import signed_offset
 
-__all__ = ["client_clock", "client_clocks", "client_offset", "shifted_time"]
+__all__ = [
+    "ClientClock",
+    "client_clock_interceptors",
+    "client_clocks",
+    "client_offset",
+    "holders_of",
+    "lease_holder",
+    "shifted_time",
+]
 
 #: Which way each agent's clock is off, as a multiple of the declared skew, in the order the
 #: agents first appear: the first slow, the second fast, the third right, and so on.
@@ -48,14 +61,44 @@ def client_offset(agent: str | None, agents: tuple[str, ...], skew: timedelta) -
     return _DIRECTIONS[distinct.index(agent) % len(_DIRECTIONS)] * skew
 
 
-def client_clock(call: Call, model: BoardModel, skew: timedelta) -> AbstractContextManager[None]:
-    """The clock of the client that makes ``call``: a claim's agent's, or the agent's whose
-    lease the token is (the machine's own, for a token no claim returned)."""
-    if not skew:
-        return shifted_time(timedelta(0))
-    issued = None if call.op is Op.CLAIM else model.lease_of(call.token)
-    agent = call.agent if issued is None else issued.agent
-    return shifted_time(client_offset(agent or None, AGENTS, skew))
+@dataclass(frozen=True)
+class ClientClock:
+    """The interceptor that runs each call on the clock of the client making it: a claim's
+    agent's, or the agent's whose lease the token is (the machine's own, for a token no
+    claim returned). It pickles when ``agent_of`` does, so worker processes install it too."""
+
+    skew: timedelta
+    #: The agent a claim issued the lease of a token to; ``None`` for a token no claim returned.
+    agent_of: Callable[[str], str | None]
+
+    def __call__(self, call: Call) -> Generator[None, object, None]:
+        issued = None if call.op is Op.CLAIM else self.agent_of(call.token)
+        agent = call.agent if issued is None else issued
+        with shifted_time(client_offset(agent or None, AGENTS, self.skew)):
+            yield
+
+
+def client_clock_interceptors(
+    skew: timedelta, agent_of: Callable[[str], str | None]
+) -> tuple[Interceptor, ...]:
+    """What a run with ``client_clock_skew`` of ``skew`` installs on its call path: a
+    :class:`ClientClock`; nothing without a skew."""
+    return (ClientClock(skew, agent_of),) if skew else ()
+
+
+def lease_holder(model: BoardModel, token: str) -> str | None:
+    """The agent a claim issued ``token``'s lease to, in ``model``; ``None`` for a token no
+    claim returned."""
+    issued = model.lease_of(token)
+    return None if issued is None else issued.agent
+
+
+def holders_of(model: BoardModel) -> Callable[[str], str | None]:
+    """:func:`lease_holder` in ``model`` as it is now, as a value that pickles (a worker
+    process cannot read the run's model)."""
+    # Reversed, so that the first lease a token was issued with wins, as in lease_of().
+    agents = {issued.token: issued.agent for issued in reversed(model.issued)}
+    return agents.get
 
 
 def client_clocks(skew: timedelta) -> str:

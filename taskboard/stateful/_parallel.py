@@ -15,11 +15,12 @@ linearizability).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import threading
+import pickle
 import time
 import unittest
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hypothesis import given, settings
@@ -27,18 +28,17 @@ from hypothesis import settings as type_settings
 from hypothesis import strategies as st
 
 from taskboard._contract import Board, Task
-from taskboard._driver import CallTimeoutError, start_line
+from taskboard._driver import CallTimeoutError
+from taskboard._race import Lane, MakeCall, Preset, address_of, race_on_threads, worker_pool
 from taskboard.model import (
     Call,
     ContractViolation,
     LinearizabilityResult,
     Operation,
-    Outcome,
     Window,
     check_history,
 )
-from taskboard.model._calls import is_infrastructure_fault
-from taskboard.stateful._client_clocks import client_clock
+from taskboard.stateful._client_clocks import client_clock_interceptors, holders_of
 from taskboard.stateful._config import MachineConfig
 from taskboard.stateful._generation import (
     AGENTS,
@@ -52,7 +52,6 @@ from taskboard.stateful._hypothesis import (
     in_final_replay,
     key_database_by,
 )
-from taskboard.stateful._processes import run_in_processes
 from taskboard.stateful._reports import Report, failures_reported, record_failure
 from taskboard.stateful._session import (
     MachineHooks,
@@ -174,7 +173,8 @@ def run_parallel_state_machine(
     test = carry_seed_and_reproduction(machine_cls, test)
     # An example is three whole runs with threads: no per-example deadline applies.
     test = type_settings(settings or type_settings(), deadline=None)(test)
-    with failures_reported(machine_cls):
+    # One pool of worker processes for every program of the run (--processes).
+    with failures_reported(machine_cls), worker_pool():
         test()
 
 
@@ -267,76 +267,48 @@ def _move_into_prefix(
 def _run_threads(
     session: Session, threads: Sequence[Sequence[ProgramStep]]
 ) -> tuple[list[Operation], list[Any]]:
-    board = session.board
-    clock, wall, skew = session.clock, session.wall, session.skew
     supported = [[step for step in steps if session.supports(step.op)] for steps in threads]
     if session.config.processes:
         return _run_processes(session, supported)
+    makers = [
+        [functools.partial(_thread_call, session, step) for step in steps] for steps in supported
+    ]
+    return _race_threads(session, makers)
+
+
+def _race_threads(
+    session: Session, makers: Sequence[Sequence[MakeCall]]
+) -> tuple[list[Operation], list[Any]]:
+    """Each thread's calls, from its makers, on a thread of its own from one start line (on a
+    client of its own, with clients); the history and the snapshot after it."""
     # SPEC 8: with clients, every thread calls a client of its own, as another process would.
-    clients = session.open_clients(len(threads)) if session.config.clients else []
-    callers: list[Board] = [client for _, client in clients] or [board] * len(threads)
-    barrier = threading.Barrier(len(threads))
-    records: list[list[Operation]] = [[] for _ in threads]
-    ids = iter(range(10**9))
-    id_lock = threading.Lock()
-
-    def work(index: int) -> None:
-        mine: dict[str, str] = {}
-        try:
-            barrier.wait(timeout=THREAD_TIMEOUT)
-        except threading.BrokenBarrierError:
-            return
-        for step in supported[index]:
-            call = step.call(session, mine)
-            assert call is not None, f"{step} is no step of a racing thread"
-            started = clock.now()
-            invoked = time.monotonic()
-            outcome: Outcome | None
-            try:
-                with client_clock(call, session.model, session.config.client_skew):
-                    outcome = Outcome.returned(call.invoke(callers[index]))
-            except Exception as exc:
-                # An infrastructure fault may or may not have applied: ambiguous, None.
-                outcome = None if is_infrastructure_fault(exc) else Outcome.raised(exc)
-            returned = time.monotonic() if outcome is not None else math.inf
-            # On the wall clock an ambiguous call may take effect until the history ends: its
-            # window is widened once every thread is done.
-            window = Window.around(started, clock.now(), skew) if wall else None
-            if outcome is not None and outcome.ok and outcome.task and outcome.task.lease:
-                mine[call.task_id] = outcome.task.lease.token
-            with id_lock:
-                op_id = next(ids)
-            records[index].append(Operation(op_id, index, call, outcome, invoked, returned, window))
-
-    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(threads))]
-    with start_line(board, sum(1 for ops in supported if ops)):
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join(THREAD_TIMEOUT)
-    if any(worker.is_alive() for worker in workers):
+    clients = session.open_clients(len(makers)) if session.config.clients else []
+    callers: list[Board] = [client for _, client in clients] or [session.board] * len(makers)
+    lanes = race_on_threads(
+        callers,
+        makers,
+        timeout=THREAD_TIMEOUT,
+        clock=session.clock,
+        interceptors=session.interceptors,
+    )
+    if not all(lane.finished for lane in lanes):
         hung = CallTimeoutError(
             f"the racing threads' calls did not return within {THREAD_TIMEOUT:g} s"
         )
         session.fail_with_fault(hung, None, "the racing threads")
     try:
+        crash = next((lane.crash for lane in lanes if lane.started and lane.crash), None)
+        if crash is not None:
+            raise crash
         snapshot = session.snapshot(None)
     finally:
         session.close_clients(clients)
-    history = [op for ops in records for op in ops]
-    if wall:
-        ended = clock.now()
-        history = [
-            dataclasses.replace(op, window=Window(op.window.earliest, ended + skew))
-            if op.outcome is None and op.window is not None
-            else op
-            for op in history
-        ]
-    return history, snapshot
+    return _history(session, lanes), snapshot
 
 
-def _thread_call(session: Session, step: ProgramStep) -> Call:
-    call = step.call(session, {})
+def _thread_call(session: Session, step: ProgramStep, mine: Mapping[str, str]) -> Call:
+    """The call a racing thread makes for ``step``, given its own claims' tokens."""
+    call = step.call(session, mine)
     assert call is not None, f"{step} is no step of a racing thread"
     return call
 
@@ -346,40 +318,51 @@ def _run_processes(
 ) -> tuple[list[Operation], list[Any]]:
     """Each thread of the program in a worker process of its own, on a client it opens from
     the board's address (SPEC 8); the history as :func:`_run_threads` makes it."""
-    calls = [[(step, _thread_call(session, step)) for step in steps] for steps in threads if steps]
+    # A worker cannot read the session: each call is resolved here, but for "mine".
+    makers = [
+        [Preset(_thread_call(session, step, {}), own_token=step.own_token) for step in steps]
+        for steps in threads
+        if steps
+    ]
+    address = address_of(session.made_board)  # TypeError: the board has no address
+    holders = holders_of(session.model)
     try:
-        records = run_in_processes(session.made_board, calls, THREAD_TIMEOUT)
-    except TypeError:
-        raise
+        with worker_pool() as pool:
+            lanes = pool.race(
+                functools.partial(pickle.loads, address),
+                makers,
+                timeout=THREAD_TIMEOUT,
+                interceptors=client_clock_interceptors(session.config.client_skew, holders),
+            )
     except Exception as exc:
         session.fail_with_fault(exc, None, "a worker process")
-    if records is None:
+    if not all(lane.finished for lane in lanes):
         hung = CallTimeoutError(
             f"the worker processes' calls did not return within {THREAD_TIMEOUT:g} s"
         )
         session.fail_with_fault(hung, None, "the worker processes")
-    made = sorted(
-        ((thread, record) for thread, done in enumerate(records) for record in done),
-        key=lambda item: item[1].invoked,
-    )
+    return _history(session, lanes), session.snapshot(None)
+
+
+def _history(session: Session, lanes: Sequence[Lane]) -> list[Operation]:
+    """The race's calls as a history, thread by thread, numbered in the order they returned.
+    On the wall clock each call has its window; an ambiguous call's reaches to the end of the
+    race, as it may take effect until then."""
     ended = session.clock.now()
-    history = [
-        Operation(
-            op_id,
-            thread,
-            record.call,
-            record.outcome,
-            record.invoked,
-            record.returned,
-            None
-            if not session.wall
-            else Window.around(
-                record.started, record.ended if record.outcome is not None else ended, session.skew
-            ),
-        )
-        for op_id, (thread, record) in enumerate(made)
-    ]
-    return history, session.snapshot(None)
+    made = [(thread, record) for thread, lane in enumerate(lanes) for record in lane.made]
+    by_return = sorted(range(len(made)), key=lambda i: made[i][1].returned)
+    ids = {position: op_id for op_id, position in enumerate(by_return)}
+    history = []
+    for position, (thread, record) in enumerate(made):
+        outcome = None if record.ambiguous else record.outcome
+        window = None
+        if session.wall and record.started is not None and record.ended is not None:
+            until = ended if outcome is None else record.ended
+            window = Window.around(record.started, until, session.skew)
+        returned = math.inf if outcome is None else record.returned
+        call, invoked = record.call, record.invoked
+        history.append(Operation(ids[position], thread, call, outcome, invoked, returned, window))
+    return history
 
 
 #: The clause, expectation and observation a concurrent history's violation reports.

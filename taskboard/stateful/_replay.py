@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+from taskboard._race import worker_pool
 from taskboard.model import ContractViolation
 from taskboard.stateful._config import defined_nemesis
 from taskboard.stateful._machine import BoardFactory, BoardMachine
@@ -99,11 +100,12 @@ def _run_parallel(machine_cls: type[BoardMachine], trace: Trace) -> ReplayResult
     # timing), so it reruns the program and judges each history as the parallel mode does.
     assert trace.program is not None
     runs = 2 * RUNS_PER_PROGRAM  # as many as the parallel mode tries before it reports
-    for run in range(1, runs + 1):
-        try:
-            run_program(machine_cls, trace.program, record=False)
-        except ContractViolation as violation:
-            return ReplayResult(False, run, violation, parallel=True)
+    with worker_pool():  # one pool of worker processes for every run (--processes)
+        for run in range(1, runs + 1):
+            try:
+                run_program(machine_cls, trace.program, record=False)
+            except ContractViolation as violation:
+                return ReplayResult(False, run, violation, parallel=True)
     return ReplayResult(True, runs, parallel=True)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, Protocol
 
+from taskboard._callpath import Interceptor, make_call
 from taskboard._check import check
 from taskboard._clock import Clock, ManualClock, SystemClock, as_utc
 from taskboard._contract import Board, State, Task
@@ -45,7 +46,7 @@ from taskboard.model import (
     is_live,
 )
 from taskboard.model._calls import is_infrastructure_fault
-from taskboard.stateful._client_clocks import client_clock
+from taskboard.stateful._client_clocks import client_clock_interceptors, lease_holder
 from taskboard.stateful._config import MachineConfig
 from taskboard.stateful._reports import (
     Failure,
@@ -335,16 +336,12 @@ class Session:
         allowed = None if self.wall else self.model.expect(call, now)
         if not ref and call.op in ACTS_WITH_TOKEN:
             ref = token_ref(call.token, self.labels)
-        board_exc: Exception | None = None
-        try:
-            with client_clock(call, self.model, self.config.client_skew):
-                outcome = Outcome.returned(call.invoke(self.board))
-        except Exception as exc:
-            board_exc = exc
-            outcome = Outcome.raised(exc)
+        made = make_call(call, self.board, self.interceptors, self.clock if self.wall else None)
+        board_exc, outcome = made.error, made.outcome
         window = None
         if self.wall:
-            returned = self.clock.now()
+            returned = made.ended
+            assert returned is not None  # make_call read the clock it was given
             self.latencies.append(returned - now)
             window = Window.around(now, returned, self.skew)
         when: When = now if window is None else window
@@ -375,13 +372,17 @@ class Session:
             self.model = self.model.advance(call, when, outcome)
         except ContractViolation as violation:
             self.fail_with(violation, step, cause=board_exc)
-        # The exception's traceback holds this frame, which holds the exception: a cycle only
-        # the garbage collector would free, with every frame of the board's call in it.
-        board_exc = None
         self._remember_untils(call, outcome)
         outlive_keep_alive(self.config, self.clock, call, outcome)
         self.observe(step)
         return outcome
+
+    @functools.cached_property
+    def interceptors(self) -> tuple[Interceptor, ...]:
+        """What surrounds every board call of this run, in its steps and its racing threads
+        (see :mod:`taskboard._callpath`): with ``client_clock_skew``, the clients' clocks."""
+        skew = self.config.client_skew
+        return client_clock_interceptors(skew, lambda token: lease_holder(self.model, token))
 
     def _settle(self, call: Call, now: When, step: Step, fault: Exception) -> Outcome:
         """Tolerant mode, after ``call`` met an infrastructure fault: adopt the snapshot if it

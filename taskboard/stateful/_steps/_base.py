@@ -144,10 +144,11 @@ class ProgramStep:
         claims returned, by task (``mine``); ``None``: the step is no thread's call."""
         return None
 
-    def own_token(self, call: Call, mine: Mapping[str, str]) -> Call:
-        """``call`` with the token this thread's own claim of the task returned, where the
-        step asks for it (a worker process learns it only as its calls return)."""
-        return call
+    @property
+    def own_token(self) -> bool:
+        """True when a racing thread's call acts with the token its own last claim of the
+        task returned, once it has one (a worker process learns it only as it goes)."""
+        return False
 
     def to_json(self) -> dict[str, Any]:
         """The step as a trace file's program writes it."""

@@ -145,10 +145,9 @@ class ActStep(ProgramStep):
         ttl = session.config.lease_ttl(self.ttl_ticks)
         return Call(Op(self.op), self.task, token=token, ttl=ttl)
 
-    def own_token(self, call: Call, mine: Mapping[str, str]) -> Call:
-        if self.token == "mine" and self.task in mine:
-            return Call(call.op, call.task_id, call.agent, mine[self.task], call.ttl)
-        return call
+    @property
+    def own_token(self) -> bool:
+        return self.token == "mine"
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "task": self.task, "token": self.token, "ttl_ticks": self.ttl_ticks}
