@@ -14,6 +14,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "taskboard"
 REACH = PACKAGE / "stateful" / "_hypothesis.py"
 LONGEST_MODULE = 1000
 LONGEST_CLASS = 500
+#: The longest function the checker (taskboard/stateful/) may have.
+LONGEST_CHECKER_FUNCTION = 80
 
 
 def modules() -> dict[str, Path]:
@@ -69,6 +71,12 @@ def test_the_package_has_no_import_circle() -> None:
         ("taskboard.stateful._reports", "taskboard.stateful._session"),
         ("taskboard.stateful._config", "taskboard.stateful._session"),
         ("taskboard.model", "taskboard.stateful"),
+        ("taskboard.stateful._steps", "taskboard.stateful._session"),
+        ("taskboard.stateful._steps", "taskboard.stateful._machine"),
+        ("taskboard.stateful._steps", "taskboard.stateful._parallel"),
+        ("taskboard.stateful._tracefile", "taskboard.stateful._session"),
+        ("taskboard._callpath", "taskboard.stateful"),
+        ("taskboard._race", "taskboard.stateful"),
     ],
 )
 def test_the_rooms_of_the_checker_import_one_way(lower: str, upper: str) -> None:
@@ -95,6 +103,21 @@ def test_no_class_is_over_five_hundred_lines() -> None:
             if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
                 length = node.end_lineno - node.lineno + 1
                 if length > LONGEST_CLASS:
+                    long.append(f"{name}.{node.name}: {length} lines")
+    assert long == []
+
+
+def test_no_function_of_the_checker_is_over_eighty_lines() -> None:
+    """Each function of taskboard/stateful/ reads on one screen: a step, a setting or a call
+    that needs more is a record or a room of its own."""
+    long = []
+    for name, path in modules().items():
+        if not name.startswith("taskboard.stateful"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > LONGEST_CHECKER_FUNCTION:
                     long.append(f"{name}.{node.name}: {length} lines")
     assert long == []
 
