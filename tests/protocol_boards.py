@@ -40,10 +40,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from taskboard import ClaimRequest, Clock, State, TakenError, Task
-from taskboard._protocol.serve import serve
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import MUTANTS
 from taskboard.hosts.sqlite import SQLiteBoard
+from taskboard.protocol import serve
 
 
 class OwnedFileBoard(SQLiteBoard):

@@ -21,9 +21,9 @@ from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.model import Call, Op
 from taskboard.stateful import BoardMachine
 from taskboard.stateful._client_clocks import ClientClock
-from taskboard.stateful._generation import grid_start
 from taskboard.stateful._parallel import _run_threads
 from taskboard.stateful._session import Session
+from taskboard.strategies import grid_start
 
 HOUR = timedelta(hours=1)
 CLAIM = Call(Op.CLAIM, "t1", agent="a1", ttl=HOUR)

@@ -28,8 +28,7 @@ from taskboard.boardtest import BoardContract
 from taskboard.hosts.client_mutants import CLIENT_MUTANTS, ClientLockedClaim
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.sqlite import SQLiteBoard
-from taskboard.model import LinearizabilityResult, Operation, Outcome
-from taskboard.model._calls import Call, Op
+from taskboard.model import Call, LinearizabilityResult, Op, Operation, Outcome
 from taskboard.stateful import (
     TRACE_DIR_ENV,
     BoardMachine,

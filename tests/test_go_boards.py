@@ -13,7 +13,7 @@ import pytest
 
 from taskboard import ClaimRequest, Clock, ManualClock, SystemClock, Task
 from taskboard._cli import main
-from taskboard._protocol.board import exec_board
+from taskboard.protocol import exec_board
 from tests.conftest import unavailable
 
 GO_MODULE = Path(__file__).resolve().parent.parent / "go"

@@ -13,6 +13,7 @@ import pytest
 from taskboard import (
     BlockedError,
     ClaimRequest,
+    Clock,
     FailingBoard,
     Lease,
     LeaseLostError,
@@ -25,7 +26,6 @@ from taskboard import (
     TerminalError,
     check,
 )
-from taskboard._clock import Clock
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.sqlite import SQLiteBoard
 

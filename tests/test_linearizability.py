@@ -14,10 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from taskboard import Lease, State, Task
-from taskboard.model import BoardModel, Call, ContractViolation, Op, Outcome
-from taskboard.model._linearizability import (
+from taskboard.model import (
+    BoardModel,
+    Call,
+    ContractViolation,
     LinearizabilityResult,
+    Op,
     Operation,
+    Outcome,
     check_history,
 )
 

@@ -25,10 +25,10 @@ from taskboard.stateful import (
     load_trace,
     parse_trace,
     replay_trace,
+    run_parallel_state_machine,
     trace_to_json,
     violations_in,
 )
-from taskboard.stateful._parallel import run_parallel_state_machine
 from taskboard.stateful._steps import ActStep, ClaimStep, ParallelProgram
 
 #: The CI profile's settings for the parallel mode: derandomized, 200 programs.

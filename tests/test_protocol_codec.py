@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from taskboard import LeaseLostError, NotFoundError, State, TakenError, Task
-from taskboard._contract import Lease
+from taskboard import Lease, LeaseLostError, NotFoundError, State, TakenError, Task
 from taskboard._protocol.codec import (
     LONGEST_LINE,
     ProtocolError,

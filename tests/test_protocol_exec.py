@@ -16,9 +16,8 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskboard import ClaimRequest, ManualClock, RenewingBoard, TakenError, Task
+from taskboard import ClaimRequest, ManualClock, RenewingBoard, TakenError, Task, concurrent_claim
 from taskboard._cli import main
-from taskboard._criteria import concurrent_claim
 from taskboard._protocol import spares as _spares
 from taskboard._protocol.codec import encode_task
 from taskboard.boardtest import BoardContract

@@ -15,7 +15,6 @@ from hypothesis.stateful import RULE_MARKER, rule
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.stateful import BoardMachine, _steps, parse_trace, trace_to_json
 from taskboard.stateful._fields import Reader, TraceFileError
-from taskboard.stateful._generation import TASK_IDS
 from taskboard.stateful._parallel import run_program
 from taskboard.stateful._steps import (
     STEP_KINDS,
@@ -36,6 +35,7 @@ from taskboard.stateful._steps import (
     read_step,
     write_step,
 )
+from taskboard.strategies import TASK_IDS
 
 DEPS: dict[str, tuple[str, ...]] = dict.fromkeys(TASK_IDS, ())
 

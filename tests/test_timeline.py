@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from taskboard import Lease, State, Task
-from taskboard.model import LinearizabilityResult, Operation, Outcome
-from taskboard.model._calls import Call, Op
+from taskboard.model import Call, LinearizabilityResult, Op, Operation, Outcome
 from taskboard.stateful import timeline_html
 from tests.conftest import unavailable
 
