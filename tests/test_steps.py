@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RULE_MARKER, rule
 
 from taskboard.hosts.memory import MemoryBoard
-from taskboard.stateful import BoardMachine, _steps, parse_trace, trace_to_json
+from taskboard.hosts.mutants import NonAtomicClaim, OffByOneExpiry
+from taskboard.stateful import (
+    BoardMachine,
+    _steps,
+    load_trace,
+    parse_trace,
+    replay_trace,
+    trace_to_json,
+)
 from taskboard.stateful._fields import Reader, TraceFileError
 from taskboard.stateful._parallel import run_program
 from taskboard.stateful._steps import (
@@ -248,3 +257,27 @@ def collected(strategy: Any) -> list[Any]:
 
     draw()
     return values
+
+
+#: Trace files written by the release before trace schema 4 (recorded with it).
+OLD_TRACES = Path(__file__).parent / "traces"
+
+
+def test_a_schema_3_sequential_trace_replays_to_its_violation() -> None:
+    """A trace file of schema 3 loads and replays to the violation it recorded."""
+    trace = load_trace(OLD_TRACES / "v3-off-by-one-expiry.json")
+    assert trace.verdict is not None
+    result = replay_trace(trace, OffByOneExpiry)
+    assert not result.passed
+    assert result.violation is not None
+    assert result.violation.clause == trace.verdict.clause
+
+
+def test_a_schema_3_parallel_trace_reads_its_program_and_replays_the_race() -> None:
+    """A parallel trace of schema 3 (a clock move and an expiry landing in the prefix, in the
+    old shape) loads into typed steps and its race fails again on the board it was found on."""
+    trace = load_trace(OLD_TRACES / "v3-parallel-non-atomic-claim.json")
+    assert trace.program is not None
+    assert trace.program.prefix == (AdvanceStep(2), ExpiryStep("t1", 0))
+    assert trace.program.threads == ((ClaimStep("t1", "a1", 0),), (ClaimStep("t1", "a1", 0),))
+    assert not replay_trace(trace, NonAtomicClaim).passed
