@@ -11,10 +11,10 @@ from typing import Any
 
 from taskboard.model import Allowed, Call, Op, Outcome, Step
 from taskboard.stateful._fields import Reader, micros, read_task, read_window, task_json
-from taskboard.stateful._steps._base import Replay
+from taskboard.stateful._steps._base import Replay, StepKind
 from taskboard.stateful._trace import FORGERIES, render_call, render_outcome, resolve_token
 
-__all__ = ["describe_call", "read_call_step", "replay_call", "write_call_step"]
+__all__ = ["CallKind", "describe_call", "read_call_step", "replay_call", "write_call_step"]
 
 
 def write_call_step(step: Step) -> dict[str, Any]:
@@ -109,3 +109,20 @@ def describe_call(step: Step, start: datetime, label: Callable[[str], str]) -> s
     assert step.call is not None
     text = f"{render_call(step.call, label)} -> {render_outcome(step.outcome, start, label)}"
     return text + (f"  ({step.note})" if step.note else "")
+
+
+class CallKind(StepKind):
+    """A kind whose recorded steps are board calls of the operations it names: they are
+    written, read, replayed and rendered as above."""
+
+    def write_step(self, step: Step) -> dict[str, Any]:
+        return write_call_step(step)
+
+    def read_step(self, name: str, reader: Reader, index: int, at: datetime) -> Step:
+        return read_call_step(Op(name), reader, index, at)
+
+    def replay(self, replay: Replay, step: Step) -> None:
+        replay_call(replay, step)
+
+    def describe(self, step: Step, start: datetime, label: Callable[[str], str]) -> str:
+        return describe_call(step, start, label)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from taskboard._operations import BY_OP
-from taskboard.model import Call, Op, Step
+from taskboard.model import Call, Op
 from taskboard.stateful._fields import Reader, read_count
 from taskboard.stateful._generation import (
     HOLDERS,
@@ -31,16 +31,9 @@ from taskboard.stateful._steps._base import (
     Machine,
     ProgramDraw,
     ProgramStep,
-    Replay,
     Runner,
-    StepKind,
 )
-from taskboard.stateful._steps._calls import (
-    describe_call,
-    read_call_step,
-    replay_call,
-    write_call_step,
-)
+from taskboard.stateful._steps._calls import CallKind
 from taskboard.stateful._steps.claim import PROGRAM_TTL_TICKS
 from taskboard.stateful._trace import forge, token_ref
 
@@ -156,7 +149,7 @@ class ActStep(ProgramStep):
         return f"{self.op}({self.task!r}, token={self.token})"
 
 
-class ActKind(StepKind):
+class ActKind(CallKind):
     """Actions with a token (SPEC 3.2 to 3.5): renew, release, complete, fail."""
 
     names: ClassVar[tuple[str, ...]] = TOKEN_OPS
@@ -189,18 +182,6 @@ class ActKind(StepKind):
             raise reader.error("token", f"{token!r} is not one of {', '.join(PROGRAM_TOKENS)}")
         ticks = read_count(reader, "ttl_ticks") if "ttl_ticks" in reader.value else 0
         return ActStep(op, reader.get("task", str), token, ticks)
-
-    def write_step(self, step: Step) -> dict[str, Any]:
-        return write_call_step(step)
-
-    def read_step(self, name: str, reader: Reader, index: int, at: datetime) -> Step:
-        return read_call_step(Op(name), reader, index, at)
-
-    def replay(self, replay: Replay, step: Step) -> None:
-        replay_call(replay, step)
-
-    def describe(self, step: Step, start: datetime, label: Callable[[str], str]) -> str:
-        return describe_call(step, start, label)
 
 
 KIND = ActKind()

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import multiple, rule
 
-from taskboard.model import Call, Op, Step
+from taskboard.model import Call, Op
 from taskboard.stateful._fields import Reader, read_count
 from taskboard.stateful._generation import (
     AGENTS,
@@ -27,16 +26,9 @@ from taskboard.stateful._steps._base import (
     Machine,
     ProgramDraw,
     ProgramStep,
-    Replay,
     Runner,
-    StepKind,
 )
-from taskboard.stateful._steps._calls import (
-    describe_call,
-    read_call_step,
-    replay_call,
-    write_call_step,
-)
+from taskboard.stateful._steps._calls import CallKind
 
 __all__ = ["KIND", "PROGRAM_TTL_TICKS", "ClaimStep", "claim_lease", "no_new_lease"]
 
@@ -111,7 +103,7 @@ class ClaimStep(ProgramStep):
         return f"claim({self.task!r}, agent={self.agent!r}, ttl={self.ttl_ticks})"
 
 
-class ClaimKind(StepKind):
+class ClaimKind(CallKind):
     """Claims (SPEC 3.1), takeovers included."""
 
     names = ("claim",)
@@ -130,18 +122,6 @@ class ClaimKind(StepKind):
         return ClaimStep(
             reader.get("task", str), reader.get("agent", str), read_count(reader, "ttl_ticks")
         )
-
-    def write_step(self, step: Step) -> dict[str, Any]:
-        return write_call_step(step)
-
-    def read_step(self, name: str, reader: Reader, index: int, at: datetime) -> Step:
-        return read_call_step(Op.CLAIM, reader, index, at)
-
-    def replay(self, replay: Replay, step: Step) -> None:
-        replay_call(replay, step)
-
-    def describe(self, step: Step, start: datetime, label: Callable[[str], str]) -> str:
-        return describe_call(step, start, label)
 
 
 KIND = ClaimKind()
