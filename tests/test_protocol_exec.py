@@ -16,7 +16,15 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from taskboard import ClaimRequest, ManualClock, RenewingBoard, TakenError, Task, concurrent_claim
+from taskboard import (
+    ClaimRequest,
+    ManualClock,
+    RenewingBoard,
+    SystemClock,
+    TakenError,
+    Task,
+    concurrent_claim,
+)
 from taskboard._cli import main
 from taskboard._protocol import spares as _spares
 from taskboard._protocol.codec import encode_task
@@ -420,3 +428,28 @@ def test_fuzz_exec_runs_in_wall_mode_and_races_client_processes(
     captured = capsys.readouterr()
     assert code == 0, captured.out
     assert said in captured.out + captured.err
+
+
+@pytest.mark.parametrize("mode", ["manual", "wall"])
+def test_a_client_process_hears_the_clock_mode_when_it_connects(
+    opened: list[Any], tmp_path: Path, mode: str
+) -> None:
+    """SPEC 10: connect carries the run's clock mode and the checker's time, as init does, so
+    a client process never guesses whether the checker sets its time."""
+    clock = ManualClock() if mode == "manual" else SystemClock()
+    board = exec_board(spied(tmp_path, "sqlite"), [Task("t1")], clock, clock_mode=mode)
+    opened.append(board)
+    client = board.open_client()
+    opened.append(client)
+    client.list_tasks()
+    for process in (client, board):
+        process.close()
+    end_spares()
+    heard = [
+        json.loads(line) for log in tmp_path.glob("*.log") for line in log.read_text().splitlines()
+    ]
+    (init,) = [r for r in heard if r["op"] == "init"]
+    (connect,) = [r for r in heard if r["op"] == "connect"]
+    assert connect["clock"] == init["clock"] == mode
+    assert isinstance(connect["now"], int)
+    assert connect["now"] >= init["now"]

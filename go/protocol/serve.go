@@ -175,6 +175,9 @@ func (s *server) handle(ctx context.Context, r request) (map[string]any, error) 
 		if s.host.Connect == nil {
 			return nil, errUnsupported
 		}
+		if r.Clock == "manual" {
+			s.clock.hear(r.Now)
+		}
 		board, err := s.host.Connect(r.Storage, s.clock)
 		s.board = board
 		return map[string]any{}, err

@@ -203,16 +203,16 @@ def _start(
 ) -> Any:
     child, hello = take_child(argv, timeout)
     try:
+        # SPEC 10: init and connect both say the clock mode, so that no process guesses it.
+        clock: dict[str, Any] = {
+            "clock": "manual" if processes.manual else "wall",
+            "now": encode_time(processes.time_sent),
+        }
         if connect is not None:
-            child.request("connect", storage=connect)
+            child.request("connect", storage=connect, **clock)
             storage = connect
         else:
-            answer = child.request(
-                "init",
-                tasks=[encode_task(t) for t in tasks],
-                clock="manual" if processes.manual else "wall",
-                now=encode_time(processes.time_sent),
-            )
+            answer = child.request("init", tasks=[encode_task(t) for t in tasks], **clock)
             named = answer.get("storage")
             if not isinstance(named, str):
                 raise ProtocolError("init", f"'storage' is a string, got {named!r}")

@@ -94,6 +94,8 @@ class _Server:
         if op == "connect":
             if self.connect is None:
                 raise NotImplementedError(op)
+            if request.get("clock") == "manual":
+                self._hear(request.get("now"))
             self.board = self.connect(request["storage"], self.clock)
             return {}
         if op == "set_time":
