@@ -69,7 +69,6 @@ STEP_KINDS: tuple[StepKind, ...] = (
 )
 
 
-
 @functools.cache
 def _by_name(kinds: tuple[StepKind, ...]) -> dict[str, StepKind]:
     return {name: kind for kind in kinds for name in kind.names}
