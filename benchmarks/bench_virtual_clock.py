@@ -5,8 +5,8 @@ The board is the reference ``RedisBoard(clock="server")`` (now is Redis ``TIME``
 mode it runs on ``taskboard.servers.Redis()``, whose clock the machine moves; in wall mode
 on a plain ``redis-server`` this script starts, on real time. The manual row is the same
 board given the machine's clock (``RedisBoard(tasks, clock, url)``): the floor. Same seed,
-same number of examples, generation only; the ratios are printed last. Needs ``redis-server`` and a C
-compiler (Linux).
+same number of examples, generation only; the ratios are printed last. Needs
+``redis-server`` and a C compiler (Linux).
 
     python benchmarks/bench_virtual_clock.py [--examples N]
 """
