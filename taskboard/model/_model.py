@@ -126,10 +126,8 @@ class BoardModel:
     #: releases, completes or fails it: a lease never expires, and its listed ``until`` and
     #: ``seq`` may move on their own.
     keeps_alive: bool = False
-    #: The store keeps a lease through the tick of its deadline, as Redis keeps a key at
-    #: exactly its expiry and drops it one tick later: a claim or renew at an instant may
-    #: report an ``until`` up to one ``resolution`` past ``now + ttl``, and the reported one
-    #: is the lease's end (``clock_mode = "virtual"``: a real store on the checker's clock).
+    #: Virtual mode: the store keeps a lease through its deadline tick (as Redis a key), so an
+    #: ``until`` up to one ``resolution`` past ``now + ttl`` is accepted, and is the lease's end.
     store_boundary: bool = False
     #: The earliest instant the last call judged on a window may have taken effect: the
     #: next call takes effect no earlier (SPEC 7). ``None`` before any such call.
@@ -165,14 +163,8 @@ class BoardModel:
         ids = [r.task.id for r in records]
         if len(set(ids)) != len(ids):
             raise ValueError(f"task ids must be unique, got {ids!r}")
-        return cls(
-            tuple(records),
-            tuple(issued),
-            policy,
-            resolution,
-            keeps_alive=keeps_alive,
-            store_boundary=store_boundary,
-        )
+        model = cls(tuple(records), tuple(issued), policy, resolution, keeps_alive=keeps_alive)
+        return dataclasses.replace(model, store_boundary=store_boundary)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -441,9 +433,7 @@ class BoardModel:
     ) -> datetime | None:
         """The ``until`` a claim or renew returned, checked (SPEC 2), as the model keeps it:
         none for a board that renews its leases by itself."""
-        checked = check_until(
-            until, now, ttl, clause, window, self.resolution, store_boundary=self.store_boundary
-        )
+        checked = check_until(until, now, ttl, clause, window, self.resolution, self.store_boundary)
         return None if self.keeps_alive else checked
 
     def _after_renew(

@@ -155,7 +155,6 @@ def check_until(
     clause: str,
     window: Window | None,
     resolution: timedelta,
-    *,
     store_boundary: bool = False,
 ) -> datetime | None:
     """The ``until`` to adopt for a lease of ``ttl`` taken at ``now`` (or in ``window``).
