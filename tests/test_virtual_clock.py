@@ -30,7 +30,7 @@ from taskboard._virtual import _preload
 from taskboard.hosts.redis import RedisBoard
 from taskboard.model import BoardModel, ContractViolation
 from taskboard.model._returns import check_until
-from taskboard.stateful import BoardMachine, _session, replay_trace
+from taskboard.stateful import BoardMachine, _session, parse_trace, replay_trace, trace_to_json
 from taskboard.stateful._virtual_clock import example_start
 from tests.conftest import unavailable
 from tests.virtual_boards import PxKeyBoard, ServerExpiryInclusive, ServerTakeoverOneTickEarly
@@ -362,3 +362,6 @@ def test_a_boundary_mutant_is_caught_and_replays(
     assert len(trace.steps) <= 5
     results = [replay_trace(trace, caught) for _ in range(10)]
     assert [result.passed for result in results] == [False] * 10
+    written = parse_trace(trace_to_json(trace))  # a trace file says virtual, and replays
+    assert written.clock_mode == "virtual"
+    assert not replay_trace(written, caught).passed
