@@ -181,8 +181,10 @@ def _parser() -> argparse.ArgumentParser:
         "--clock",
         choices=CLOCK_MODES,
         help="where the board's time comes from: 'manual', a clock the checker moves (exact "
-        "boundaries), or 'wall', real time, for a board that keeps time on its own server "
-        "(default: the machine's clock_mode, manual)",
+        "boundaries); 'virtual', the same clock moving the target machine's server's too "
+        "(a machine with server = taskboard.servers.Redis(); Linux); or 'wall', real time, "
+        "for a board that keeps time on its own server (default: the machine's clock_mode, "
+        "manual)",
     )
     fuzz_cmd.add_argument(
         "--clock-skew",

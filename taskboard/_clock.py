@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol, get_args, runtime_checkable
 
-__all__ = ["CLOCK_MODES", "Clock", "ClockMode", "ManualClock", "SystemClock"]
+__all__ = ["CLOCK_MODES", "Clock", "ClockMode", "FollowedClock", "ManualClock", "SystemClock"]
 
 #: SPEC 7: where a board's time comes from while it is checked. ``"manual"``: a
-#: :class:`ManualClock` that only the checker moves; ``"wall"``: real time, which the
-#: board may read from its own server.
-ClockMode = Literal["manual", "wall"]
-#: The two :data:`ClockMode` values, for checking one read at run time.
+#: :class:`ManualClock` that only the checker moves; ``"virtual"``: the same, and each move
+#: also moves the clock of the machine's server (``taskboard.servers``); ``"wall"``: real
+#: time, which the board may read from its own server.
+ClockMode = Literal["manual", "virtual", "wall"]
+#: The :data:`ClockMode` values, for checking one read at run time.
 CLOCK_MODES: tuple[str, ...] = get_args(ClockMode)
 
 #: Where a :class:`ManualClock` starts when given no start: a fixed instant, so runs repeat.
@@ -106,3 +108,33 @@ class ManualClock:
         not move the other.
         """
         return (ManualClock, (self.now(),))
+
+
+class FollowedClock(ManualClock):
+    """A :class:`ManualClock` that hands each instant it moves to to ``follow``, before the
+    move returns: in ``clock_mode = "virtual"`` the follower is a server's ``set_time``, so
+    the server reads the new time from its very next command.
+
+    ``follow`` is told the start too. Moves are serialized, so the follower hears them in
+    order. Pickled, it is a plain ManualClock (a copy in another process moves nothing).
+    """
+
+    def __init__(self, start: datetime, follow: Callable[[datetime], object]) -> None:
+        super().__init__(start)
+        self._follow = follow
+        self._moving = threading.Lock()
+        follow(self.now())
+
+    def advance(self, delta: timedelta) -> datetime:
+        """Move forward by ``delta`` (see :meth:`ManualClock.advance`), then the follower."""
+        with self._moving:
+            now = super().advance(delta)
+            self._follow(now)
+            return now
+
+    def set(self, when: datetime) -> datetime:
+        """Move to ``when`` (see :meth:`ManualClock.set`), then the follower."""
+        with self._moving:
+            now = super().set(when)
+            self._follow(now)
+            return now

@@ -317,7 +317,7 @@ def test_ttls_are_drawn_in_a_unit_that_outlasts_a_calls_uncertainty() -> None:
 @pytest.mark.parametrize(
     ("attribute", "value", "message"),
     [
-        ("clock_mode", "sundial", "clock_mode must be 'manual' or 'wall'"),
+        ("clock_mode", "sundial", "clock_mode must be 'manual', 'virtual' or 'wall'"),
         ("clock_skew", timedelta(milliseconds=-1), "clock_skew must be a non-negative"),
         ("clock_skew", 0.001, "clock_skew must be a non-negative"),
     ],

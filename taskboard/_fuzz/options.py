@@ -117,7 +117,7 @@ class FuzzOptions:
                 f"--call-timeout must be a number of seconds >= 0, got {self.call_timeout}"
             )
         if self.clock is not None and self.clock not in CLOCK_MODES:
-            raise UsageError(f"--clock must be 'manual' or 'wall', got {self.clock!r}")
+            raise UsageError(f"--clock must be 'manual', 'virtual' or 'wall', got {self.clock!r}")
         wall = (self.clock or target.machine.clock_mode) == "wall"
         for flag in _FLAGS.values():
             value = getattr(self, flag.field)

@@ -126,6 +126,9 @@ class BoardModel:
     #: releases, completes or fails it: a lease never expires, and its listed ``until`` and
     #: ``seq`` may move on their own.
     keeps_alive: bool = False
+    #: Virtual mode: the store keeps a lease through its deadline tick (as Redis a key), so an
+    #: ``until`` up to one ``resolution`` past ``now + ttl`` is accepted, and is the lease's end.
+    store_boundary: bool = False
     #: The earliest instant the last call judged on a window may have taken effect: the
     #: next call takes effect no earlier (SPEC 7). ``None`` before any such call.
     floor: datetime | None = None
@@ -143,6 +146,7 @@ class BoardModel:
         policy: ExpiredLeasePolicy = "either",
         resolution: timedelta = timedelta(microseconds=1),
         keeps_alive: bool = False,
+        store_boundary: bool = False,
     ) -> BoardModel:
         """The model of a fresh board holding ``tasks``; its first snapshot sets each seq."""
         if policy not in EXPIRED_LEASE_POLICIES:
@@ -159,7 +163,8 @@ class BoardModel:
         ids = [r.task.id for r in records]
         if len(set(ids)) != len(ids):
             raise ValueError(f"task ids must be unique, got {ids!r}")
-        return cls(tuple(records), tuple(issued), policy, resolution, keeps_alive=keeps_alive)
+        model = cls(tuple(records), tuple(issued), policy, resolution, keeps_alive=keeps_alive)
+        return dataclasses.replace(model, store_boundary=store_boundary)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -428,7 +433,7 @@ class BoardModel:
     ) -> datetime | None:
         """The ``until`` a claim or renew returned, checked (SPEC 2), as the model keeps it:
         none for a board that renews its leases by itself."""
-        checked = check_until(until, now, ttl, clause, window, self.resolution)
+        checked = check_until(until, now, ttl, clause, window, self.resolution, self.store_boundary)
         return None if self.keeps_alive else checked
 
     def _after_renew(

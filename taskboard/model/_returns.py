@@ -155,8 +155,14 @@ def check_until(
     clause: str,
     window: Window | None,
     resolution: timedelta,
+    store_boundary: bool = False,
 ) -> datetime | None:
-    """The ``until`` to adopt for a lease of ``ttl`` taken at ``now`` (or in ``window``)."""
+    """The ``until`` to adopt for a lease of ``ttl`` taken at ``now`` (or in ``window``).
+
+    ``store_boundary``: at an instant, an ``until`` up to one ``resolution`` past
+    ``now + ttl`` is also accepted, and adopted as reported (a store that keeps a lease
+    through its deadline tick; see ``BoardModel.store_boundary``).
+    """
     if ttl == timedelta(0):
         _require(
             until is None,
@@ -174,7 +180,10 @@ def check_until(
             f"until = now + ttl = {expected.isoformat()} (SPEC 2)",
             f"returned until={until!r}",
         )
-    off = abs(as_utc(until) - expected)
+    late = as_utc(until) - expected
+    if store_boundary and timedelta(0) < late <= resolution:
+        return as_utc(until)
+    off = abs(late)
     if off >= resolution:
         raise ContractViolation(
             clause,

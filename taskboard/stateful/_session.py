@@ -58,6 +58,7 @@ from taskboard.stateful._reports import (
 from taskboard.stateful._runstate import ExampleStats, current_run, joined_run
 from taskboard.stateful._trace import NEMESIS_HOOKS, token_ref
 from taskboard.stateful._tracefile import Trace, Verdict
+from taskboard.stateful._virtual_clock import virtual_clock
 
 __all__ = [
     "STOP_POLL",
@@ -221,7 +222,13 @@ class Session:
         self.ttl_unit = config.ttl_unit
         #: On the wall clock, how long this example's clock steps have slept.
         self.waited = timedelta(0)
-        self.clock: Clock = SystemClock() if self.wall else ManualClock(start)
+        self.clock: Clock = (
+            SystemClock()
+            if self.wall
+            else virtual_clock(hooks, start, self.tick)
+            if config.clock_mode == "virtual"
+            else ManualClock(start)
+        )
         self.run = RunStart(type(hooks), config, tuple(tasks), self.clock.now())
         self.trace: list[Step] = []
         self.labels: dict[str, str] = {}
@@ -266,7 +273,12 @@ class Session:
         self.renewing = Op.RENEW in self.operations
         self.failing = Op.FAIL in self.operations
         self.model = BoardModel.start(
-            tasks, policy=config.policy, resolution=self.tick, keeps_alive=bool(config.keep_alive)
+            tasks,
+            policy=config.policy,
+            resolution=self.tick,
+            keeps_alive=bool(config.keep_alive),
+            # A real store on the virtual clock keeps a lease through its deadline tick.
+            store_boundary=config.clock_mode == "virtual",
         )
 
     @property

@@ -248,12 +248,16 @@ SETTINGS: tuple[Setting, ...] = (
         "clock_mode",
         "manual",
         _one_of(CLOCK_MODES),
-        "where the board's time comes from: 'manual', a clock the machine moves, or 'wall'",
+        "where the board's time comes from: 'manual', a clock the machine moves; 'virtual', "
+        "the same clock moving the machine's server's too; or 'wall'",
         config="clock_mode",
         for_board=True,
         criteria=True,
         trace=TraceField(
-            "clock_mode", "clock_mode", _as_json, _text_field(CLOCK_MODES, "'manual' or 'wall'")
+            "clock_mode",
+            "clock_mode",
+            _as_json,
+            _text_field(CLOCK_MODES, "'manual', 'virtual' or 'wall'"),
         ),
         replay="trace",
         fuzz=FuzzFlag("clock", str),

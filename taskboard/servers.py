@@ -1,0 +1,12 @@
+"""Real servers on the checker's clock, for ``clock_mode = "virtual"`` (Linux only).
+
+``Redis()`` starts the machine's own ``redis-server`` under a small preload library that
+puts its wall clock on a file the checker writes: the machine moves the server's clock with
+its manual clock, so an unmodified store is checked with exact boundaries and replays
+deterministically. See ``docs/wall-clock.md``.
+"""
+
+from taskboard._virtual._preload import VirtualClockUnavailable
+from taskboard._virtual._servers import Redis, ServerStartError, VirtualServer
+
+__all__ = ["Redis", "ServerStartError", "VirtualClockUnavailable", "VirtualServer"]

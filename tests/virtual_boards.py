@@ -1,0 +1,85 @@
+"""Server-clock Redis boards for the virtual clock's tests: two boundary mutants that wall
+mode cannot see, and a correct board that keeps its leases as Redis keeps keys.
+
+Each is :class:`~taskboard.hosts.redis.RedisBoard` with ``clock="server"`` whose scripts are
+patched as :mod:`taskboard.hosts.server_mutants` patches them (``-- BUG`` marks a bug).
+"""
+
+from __future__ import annotations
+
+from taskboard.hosts.redis import SERVER_SCRIPTS
+from taskboard.hosts.server_mutants import _LEASE_PREFIX, _patch, _ServerMutant
+
+__all__ = ["PxKeyBoard", "ServerExpiryInclusive", "ServerTakeoverOneTickEarly"]
+
+
+class ServerExpiryInclusive(_ServerMutant):
+    """Bug: a lease is live while ``now <= until``, where ``now < until`` is right (SPEC 2):
+    at exactly ``until`` the holder still holds it and a claim is a ``TakenError``."""
+
+    @property
+    def _sources(self) -> dict[str, str]:
+        return {
+            name: _patch(
+                source,
+                "return (not until_) or less(now, until_)",
+                "return (not until_) or not less(until_, now)  -- BUG: <= where < is right",
+            )
+            for name, source in SERVER_SCRIPTS.items()
+        }
+
+
+class ServerTakeoverOneTickEarly(_ServerMutant):
+    """Bug: claim judges the current lease one microsecond (the board's resolution) late,
+    so a takeover succeeds one tick before ``until`` (SPEC 3.1): two live holders."""
+
+    @property
+    def _sources(self) -> dict[str, str]:
+        claim = _patch(
+            SERVER_SCRIPTS["claim"],
+            "if state == 'claimed' and live(id, now) then",
+            "if state == 'claimed' and live(id, add(now, '1')) then  -- BUG: one tick early",
+        )
+        return {**SERVER_SCRIPTS, "claim": claim}
+
+
+class PxKeyBoard(_ServerMutant):
+    """Correct, the way Redis lock libraries are: a lease is live while its key, set with
+    ``PX`` (whole milliseconds), exists. Redis keeps a key at exactly its deadline and drops
+    it one millisecond later, so the ``until`` this board reports is that instant:
+    ``now + ttl + 1 ms``, the store's own boundary. Its TTLs are whole milliseconds
+    (``clock_resolution`` and ``shortest_lease`` 1 ms on the machine)."""
+
+    @property
+    def _sources(self) -> dict[str, str]:
+        sources = {
+            name: _patch(
+                _patch(source, "-- a < b for canonical", _LEASE_PREFIX + "-- a < b for canonical"),
+                "return (not until_) or less(now, until_)",
+                "return (not until_) or redis.call('EXISTS', LEASE .. id) == 1",
+            )
+            for name, source in SERVER_SCRIPTS.items()
+        }
+        for name in ("claim", "renew"):
+            sources[name] = _patch(
+                _patch(
+                    sources[name],
+                    "local until_ = until_at(now, ttl)",
+                    "local until_ = until_at(now, ttl)\n"
+                    "if ttl ~= '' then until_ = add(until_, '1000') end",
+                ),
+                "set_until(id, until_)\nreturn {'ok', row(id)}",
+                "set_until(id, until_)\n"
+                "if ttl ~= '' then\n"
+                "  redis.call('SET', LEASE .. id, token, 'PX', math.floor(tonumber(ttl) / 1000))\n"
+                "else\n"
+                "  redis.call('DEL', LEASE .. id)\n"
+                "end\n"
+                "return {'ok', row(id)}",
+            )
+        sources["finish"] = _patch(
+            sources["finish"],
+            "redis.call('HDEL', UNTIL, id)\nreturn {'ok'}",
+            "redis.call('HDEL', UNTIL, id)\nredis.call('DEL', LEASE .. id)\nreturn {'ok'}",
+        )
+        return sources
