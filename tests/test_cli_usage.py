@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from taskboard.stateful import (
     run_parallel_state_machine,
 )
 from tests.test_cli import MEMORY, minimal_trace_json, summary
+from tests.test_protocol_exec import command
 
 #: A module of targets a user might write, put in the run's working directory.
 TARGETS = """
@@ -350,3 +352,26 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
     _, err = process.communicate(timeout=60)
     assert process.returncode == 141, err
     assert b"Traceback" not in err
+
+
+def test_the_virtual_clock_on_a_board_without_a_server_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """fuzz --clock virtual on a machine that names no server exits 2 before the run, saying
+    how to name one, with no traceback."""
+    assert main(["fuzz", MEMORY, "--clock", "virtual", "--budget", "5s"]) == 2
+    err = capsys.readouterr().err
+    assert "--clock virtual needs a machine that names the server" in err
+    assert "server = taskboard.servers.Redis()" in err
+    assert "Traceback" not in err
+
+
+def test_the_virtual_clock_on_an_exec_board_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """fuzz --exec CMD --clock virtual exits 2 before the run: the child keeps its own time."""
+    argv = ["fuzz", "--exec", shlex.join(command("sqlite")), "--clock", "virtual"]
+    assert main([*argv, "--budget", "5s"]) == 2
+    err = capsys.readouterr().err
+    assert "an --exec board keeps the time of its own processes" in err
+    assert "Traceback" not in err

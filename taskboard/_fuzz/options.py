@@ -118,7 +118,10 @@ class FuzzOptions:
             )
         if self.clock is not None and self.clock not in CLOCK_MODES:
             raise UsageError(f"--clock must be 'manual', 'virtual' or 'wall', got {self.clock!r}")
-        wall = (self.clock or target.machine.clock_mode) == "wall"
+        mode = self.clock or target.machine.clock_mode
+        wall = mode == "wall"
+        if mode == "virtual":
+            check_virtual(target)
         for flag in _FLAGS.values():
             value = getattr(self, flag.field)
             if value is None or not flag.in_milliseconds:
@@ -326,3 +329,24 @@ def parse_nemesis(text: str, machine: type[BoardMachine], target: str) -> tuple[
                 "see docs/nemesis.md"
             )
     return names
+
+
+def check_virtual(target: Target) -> None:
+    """Refuse ``--clock virtual`` where no server follows the machine's clock.
+
+    Raises:
+        UsageError: ``target`` is an ``--exec`` board (its processes keep their own time:
+            virtual mode reaches servers and libraries in this process), or its machine names
+            no ``server``.
+    """
+    if target.name.startswith(EXEC_PREFIX):
+        raise UsageError(
+            "--clock virtual moves a server's clock from this process; an --exec board keeps "
+            "the time of its own processes: use --clock manual (set_time) or --clock wall"
+        )
+    if getattr(target.machine, "server", None) is None:
+        raise UsageError(
+            f"--clock virtual needs a machine that names the server whose clock it moves "
+            f"(server = taskboard.servers.Redis() on the class); {target.name} names none. "
+            "See docs/wall-clock.md"
+        )
