@@ -265,8 +265,9 @@ def fuzz(
     options: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 900,
+    clock: str = "wall",
 ) -> FuzzResult:
-    """Run ``python -m taskboard fuzz TARGET --clock wall --mode sequential`` in a subprocess
+    """Run ``python -m taskboard fuzz TARGET --clock CLOCK --mode sequential`` in a subprocess
     whose ``PYTHONPATH`` is ``libdir`` then the repository; the example database and the
     traces go under ``workdir`` (fresh per run, so nothing is replayed from an earlier one);
     ``env`` adds variables (``TASKBOARD_REDIS_URL``) to this process's environment."""
@@ -279,7 +280,7 @@ def fuzz(
         "fuzz",
         target,
         "--clock",
-        "wall",
+        clock,
         "--mode",
         "sequential",
         "--seed",
