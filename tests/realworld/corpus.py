@@ -71,6 +71,14 @@ class Entry:
     #: The distribution of the fixed release when the project was renamed in between
     #: (superagentic → fleetwright); empty: ``dist``.
     fixed_dist: str = ""
+    #: Examples of each release in virtual mode (``MODULE:virtual``, the driver on a
+    #: redis-server of its own on the machine's clock); 0: not run in virtual mode.
+    virtual_examples: int = 0
+
+    @property
+    def virtual_target(self) -> str:
+        """The entry's virtual-mode machine: the module's ``virtual``."""
+        return self.target.rsplit(":", 1)[0] + ":virtual"
 
     def dist_of(self, version: str) -> str:
         """The distribution that ``version`` of this entry is published under."""
@@ -86,6 +94,7 @@ CORPUS: tuple[Entry, ...] = (
         fixed="2.10.0",
         redis=True,
         seed=2,
+        virtual_examples=60,
     ),
     Entry(
         "filelock-soft-stale-release",
@@ -109,6 +118,7 @@ CORPUS: tuple[Entry, ...] = (
         pass_examples=15,
         shrink_budget="30s",
         deep=True,
+        virtual_examples=30,
     ),
     Entry(
         "redis-py-pipeline-lock-decoded-release",
