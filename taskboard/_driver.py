@@ -63,6 +63,11 @@ __all__ = [
 
 T = TypeVar("T")
 
+#: The real monotonic clock, bound before anything patches ``time.monotonic``: in virtual
+#: mode a board call reads the machine's clock there (``taskboard._virtual._process_time``),
+#: and a call's timeout, measured in that call's thread, must stay real.
+_monotonic = time.monotonic
+
 
 class CallTimeoutError(TimeoutError):
     """A board call did not return within the per-call timeout, and was cut off."""
@@ -128,7 +133,7 @@ class DirectDriver:
         ):
             return _synchronous(function(*args), function)
         _WATCHDOG.watch(self)
-        self.deadline = time.monotonic() + self.timeout
+        self.deadline = _monotonic() + self.timeout
         try:
             result = function(*args)
         except _Interrupted as stuck:  # its traceback shows where the board was waiting
@@ -204,7 +209,7 @@ class _Watchdog:
             self._sent = False
             driver = self._driver
             deadline = driver.deadline if driver is not None else None
-            if driver is not None and deadline is not None and time.monotonic() >= deadline:
+            if driver is not None and deadline is not None and _monotonic() >= deadline:
                 driver.deadline = None
                 raise _Interrupted("the board was here when the per-call timeout ran out")
             return
@@ -222,7 +227,7 @@ class _Watchdog:
             timeout = driver.timeout if driver is not None else None
             time.sleep(self.POLL if timeout is None else min(self.POLL, timeout / 4))
             deadline = driver.deadline if driver is not None else None
-            if deadline is not None and time.monotonic() >= deadline and not self._sent:
+            if deadline is not None and _monotonic() >= deadline and not self._sent:
                 self._sent = True
                 assert main.ident is not None
                 signal.pthread_kill(main.ident, signal.SIGALRM)
@@ -267,6 +272,9 @@ class LoopDriver:
         self.timeout = _seconds(timeout)
         self.wedged = False
         self.loop = asyncio.new_event_loop()
+        # The loop's timers (a library's asyncio.sleep, a call's timeout) stay on real time
+        # while a virtual-mode call patches time.monotonic.
+        self.loop.time = _monotonic  # type: ignore[method-assign]
         #: The loop's queue of ready callbacks when it is one whose first task step
         #: :func:`_step_now` can run (asyncio's own loops); ``None`` otherwise.
         self._ready = _ready_queue(self.loop)
@@ -337,7 +345,7 @@ class LoopDriver:
         # blocks the loop itself is cut off, in the main thread, by the watchdog's SIGALRM,
         # as a direct call is.
         timeout = self.timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else _monotonic() + timeout
         if deadline is not None and self._watched:
             _WATCHDOG.watch(self)
             self.deadline = deadline
@@ -403,7 +411,7 @@ class LoopDriver:
             expired = True
             task.cancel()
 
-        timer = loop.call_later(max(deadline - time.monotonic(), 0), expire)
+        timer = loop.call_later(max(deadline - _monotonic(), 0), expire)
         if self.deadline is not None:
             # From here on the timer cuts the call off, cancelling the coroutine at its
             # await (so its clean-up runs now); the watchdog, a little later, only if the

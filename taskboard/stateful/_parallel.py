@@ -38,7 +38,7 @@ from taskboard.model import (
     Window,
     check_history,
 )
-from taskboard.stateful._client_clocks import client_clock_interceptors, holders_of
+from taskboard.stateful._client_clocks import holders_of
 from taskboard.stateful._config import MachineConfig
 from taskboard.stateful._generation import (
     AGENTS,
@@ -332,7 +332,7 @@ def _run_processes(
                 functools.partial(pickle.loads, address),
                 makers,
                 timeout=THREAD_TIMEOUT,
-                interceptors=client_clock_interceptors(session.config.client_skew, holders),
+                interceptors=session.interceptors_with(holders),
             )
     except Exception as exc:
         session.fail_with_fault(exc, None, "a worker process")

@@ -58,7 +58,7 @@ from taskboard.stateful._reports import (
 from taskboard.stateful._runstate import ExampleStats, current_run, joined_run
 from taskboard.stateful._trace import NEMESIS_HOOKS, token_ref
 from taskboard.stateful._tracefile import Trace, Verdict
-from taskboard.stateful._virtual_clock import virtual_clock
+from taskboard.stateful._virtual_clock import VirtualTime, virtual_clock
 
 __all__ = [
     "STOP_POLL",
@@ -392,9 +392,16 @@ class Session:
     @functools.cached_property
     def interceptors(self) -> tuple[Interceptor, ...]:
         """What surrounds every board call of this run, in its steps and its racing threads
-        (see :mod:`taskboard._callpath`): with ``client_clock_skew``, the clients' clocks."""
-        skew = self.config.client_skew
-        return client_clock_interceptors(skew, lambda token: lease_holder(self.model, token))
+        (see :mod:`taskboard._callpath`): with ``client_clock_skew``, the clients' clocks; in
+        virtual mode, the machine's clock as the library's own time."""
+        return self.interceptors_with(lambda token: lease_holder(self.model, token))
+
+    def interceptors_with(self, agent_of: Callable[[str], str | None]) -> tuple[Interceptor, ...]:
+        """:attr:`interceptors`, with ``agent_of`` telling the clients' clocks whose lease a
+        token is (a value that pickles, for worker processes)."""
+        if self.config.clock_mode == "virtual":
+            return (VirtualTime(self.clock),)
+        return client_clock_interceptors(self.config.client_skew, agent_of)
 
     def _settle(self, call: Call, now: When, step: Step, fault: Exception) -> Outcome:
         """Tolerant mode, after ``call`` met an infrastructure fault: adopt the snapshot if it

@@ -7,13 +7,17 @@ every move of the example's clock moves the server's before the next call is mad
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from taskboard._clock import FollowedClock
+from taskboard._clock import Clock, FollowedClock
+from taskboard._virtual._process_time import on_virtual_clock
 from taskboard._virtual._servers import VirtualServer
+from taskboard.model import Call
 
-__all__ = ["example_start", "virtual_clock"]
+__all__ = ["VirtualTime", "example_start", "virtual_clock"]
 
 _MICROSECOND = timedelta(microseconds=1)
 _SECOND = timedelta(seconds=1)
@@ -55,3 +59,17 @@ def virtual_clock(hooks: Any, start: datetime, tick: timedelta) -> FollowedClock
     # Emptied first: a key of the previous example must not outlive it into this one.
     server.flush()
     return FollowedClock(begin, server.set_time)
+
+
+@dataclass(frozen=True)
+class VirtualTime:
+    """The interceptor that runs each board call of a virtual-mode run on the machine's
+    clock: a library's own ``time.time()``, ``datetime.now()`` and ``time.monotonic()``
+    read the instant the call is made at (see :mod:`taskboard._virtual._process_time`).
+    It pickles (the clock as a copy at its instant), so worker processes install it too."""
+
+    clock: Clock
+
+    def __call__(self, call: Call) -> Generator[None, object, None]:
+        with on_virtual_clock(self.clock.now()):
+            yield

@@ -73,7 +73,7 @@ import aioredis
 import aioredlock
 
 from taskboard import Clock, Task
-from tests.realworld.records import EPOCH, RecordBoard, Refused, board_for
+from tests.realworld.records import EPOCH, RecordBoard, Refused, board_for, virtual_machine
 from tests.realworld.records import TOKEN_EXPIRY as _EXPIRY
 
 __all__ = ["AioredlockDriver", "board"]
@@ -189,3 +189,7 @@ board.clock_resolution = _MS  # type: ignore[attr-defined]
 board.shortest_lease = timedelta(milliseconds=50)  # type: ignore[attr-defined]
 #: An expired key is missing, so ``get_lock`` refuses the release.
 board.expired_lease_policy = "reject"  # type: ignore[attr-defined]
+
+#: The same driver in virtual mode, on a redis-server of its own on the machine's clock:
+#: ``taskboard fuzz tests.realworld.aioredlock_decoded:virtual --clock virtual``.
+virtual = virtual_machine(AioredlockDriver, board)

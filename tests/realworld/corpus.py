@@ -71,6 +71,14 @@ class Entry:
     #: The distribution of the fixed release when the project was renamed in between
     #: (superagentic → fleetwright); empty: ``dist``.
     fixed_dist: str = ""
+    #: Examples of each release in virtual mode (``MODULE:virtual``, the driver on a
+    #: redis-server of its own on the machine's clock); 0: not run in virtual mode.
+    virtual_examples: int = 0
+
+    @property
+    def virtual_target(self) -> str:
+        """The entry's virtual-mode machine: the module's ``virtual``."""
+        return self.target.rsplit(":", 1)[0] + ":virtual"
 
     def dist_of(self, version: str) -> str:
         """The distribution that ``version`` of this entry is published under."""
@@ -86,6 +94,7 @@ CORPUS: tuple[Entry, ...] = (
         fixed="2.10.0",
         redis=True,
         seed=2,
+        virtual_examples=60,
     ),
     Entry(
         "filelock-soft-stale-release",
@@ -109,6 +118,7 @@ CORPUS: tuple[Entry, ...] = (
         pass_examples=15,
         shrink_budget="30s",
         deep=True,
+        virtual_examples=30,
     ),
     Entry(
         "redis-py-pipeline-lock-decoded-release",
@@ -265,8 +275,9 @@ def fuzz(
     options: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 900,
+    clock: str = "wall",
 ) -> FuzzResult:
-    """Run ``python -m taskboard fuzz TARGET --clock wall --mode sequential`` in a subprocess
+    """Run ``python -m taskboard fuzz TARGET --clock CLOCK --mode sequential`` in a subprocess
     whose ``PYTHONPATH`` is ``libdir`` then the repository; the example database and the
     traces go under ``workdir`` (fresh per run, so nothing is replayed from an earlier one);
     ``env`` adds variables (``TASKBOARD_REDIS_URL``) to this process's environment."""
@@ -279,7 +290,7 @@ def fuzz(
         "fuzz",
         target,
         "--clock",
-        "wall",
+        clock,
         "--mode",
         "sequential",
         "--seed",

@@ -31,7 +31,14 @@ import redis
 import redis_lock
 
 from taskboard import Clock, Task
-from tests.realworld.records import EPOCH, KeyedLock, RecordBoard, Refused, board_for
+from tests.realworld.records import (
+    EPOCH,
+    KeyedLock,
+    RecordBoard,
+    Refused,
+    board_for,
+    virtual_machine,
+)
 from tests.realworld.records import TOKEN_EXPIRY as _EXPIRY
 
 __all__ = ["RedisLockDriver", "board"]
@@ -88,3 +95,7 @@ board.clock_mode = "wall"  # type: ignore[attr-defined]
 board.clock_resolution = _S  # type: ignore[attr-defined]
 #: 2.3.0 lets an expired lock's holder "release" it; 3.0.0 raises NotAcquired.
 board.expired_lease_policy = "either"  # type: ignore[attr-defined]
+
+#: The same driver in virtual mode, on a redis-server of its own on the machine's clock:
+#: ``taskboard fuzz tests.realworld.python_redis_lock:virtual --clock virtual``.
+virtual = virtual_machine(RedisLockDriver, board)

@@ -30,7 +30,7 @@ from typing import Any
 import redis
 
 from taskboard import Clock, Task
-from tests.realworld.records import EPOCH, RecordBoard, Refused, board_for
+from tests.realworld.records import EPOCH, RecordBoard, Refused, board_for, virtual_machine
 from tests.realworld.records import TOKEN_EXPIRY as _EXPIRY
 
 __all__ = ["RedisPyDriver", "board"]
@@ -75,7 +75,9 @@ class RedisPyDriver:
 
     def until(self, handle: Any, ttl: timedelta) -> datetime | None:
         if hasattr(handle, "acquired_until"):  # <= 2.9.1: the stored client time is the lease
-            return EPOCH + timedelta(seconds=handle.acquired_until)
+            # ... and it is held until a client's time.time() is past it (``existing <
+            # time.time()``), through its deadline tick as Redis keeps a PX key.
+            return EPOCH + timedelta(seconds=handle.acquired_until) + _MS
         held, when = self.client.eval(_EXPIRY, 1, handle.name, handle.token)
         # Redis lets a key go once its ms clock reads past PEXPIRETIME.
         return EPOCH + (when + 1 if held else when) * _MS
@@ -99,3 +101,7 @@ board.clock_mode = "wall"  # type: ignore[attr-defined]
 board.clock_resolution = _MS  # type: ignore[attr-defined]
 #: 2.9.1 lets an expired lock's holder release it; 2.10 refuses (the key is gone).
 board.expired_lease_policy = "either"  # type: ignore[attr-defined]
+
+#: The same driver in virtual mode, on a redis-server of its own on the machine's clock:
+#: ``taskboard fuzz tests.realworld.redis_py:virtual --clock virtual``.
+virtual = virtual_machine(RedisPyDriver, board)

@@ -35,7 +35,7 @@ import redis
 import redis.lock
 
 from taskboard import Clock, Task
-from tests.realworld.records import EPOCH, RecordBoard, board_for
+from tests.realworld.records import EPOCH, RecordBoard, board_for, virtual_machine
 from tests.realworld.records import TOKEN_EXPIRY as _EXPIRY
 from tests.realworld.redis_py import RedisPyDriver, _seconds
 
@@ -81,3 +81,7 @@ board.clock_mode = "wall"  # type: ignore[attr-defined]
 board.clock_resolution = _MS  # type: ignore[attr-defined]
 #: Both releases refuse to release a key that has expired (it is gone).
 board.expired_lease_policy = "reject"  # type: ignore[attr-defined]
+
+#: The same driver in virtual mode, on a redis-server of its own on the machine's clock:
+#: ``taskboard fuzz tests.realworld.redis_py_decoded:virtual --clock virtual``.
+virtual = virtual_machine(DecodedLockDriver, board)

@@ -50,7 +50,14 @@ import redis
 import sherlock
 
 from taskboard import Clock, Task
-from tests.realworld.records import EPOCH, KeyedLock, RecordBoard, Refused, board_for
+from tests.realworld.records import (
+    EPOCH,
+    KeyedLock,
+    RecordBoard,
+    Refused,
+    board_for,
+    virtual_machine,
+)
 
 __all__ = ["SherlockRedisDriver", "board"]
 
@@ -148,3 +155,7 @@ def _repro(url: str) -> None:
 
 if __name__ == "__main__":
     _repro(os.environ.get("TASKBOARD_REDIS_URL", "redis://127.0.0.1:6379/0"))
+
+#: The same driver in virtual mode, on a redis-server of its own on the machine's clock:
+#: ``taskboard fuzz tests.realworld.sherlock_redis:virtual --clock virtual``.
+virtual = virtual_machine(SherlockRedisDriver, board)

@@ -15,6 +15,7 @@ to reach PyPI (an install failure is a skip, and a failure where CI requires ser
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,35 @@ def test_fixed_release_passes(
     assert result.returncode == 0, _described(result)
     assert "no violation found" in result.output, _described(result)
     assert result.examples == entry.pass_examples, _described(result)
+
+
+def _virtual_params() -> list[object]:
+    return [pytest.param(entry, id=entry.name) for entry in CORPUS if entry.virtual_examples]
+
+
+@pytest.mark.parametrize("entry", _virtual_params())
+@pytest.mark.parametrize("release", ["buggy", "fixed"])
+def test_virtual_mode_catches_the_buggy_release_and_passes_the_fixed(
+    entry: Entry, release: str, lib_cache: Path, tmp_path: Path
+) -> None:
+    """In virtual mode (the library's driver on a redis-server of its own, on the machine's
+    clock), the buggy release is caught and the fixed one passes its examples."""
+    if shutil.which("redis-server") is None:
+        unavailable("redis-server is not on PATH: no server to put on the virtual clock")
+    version = entry.buggy if release == "buggy" else entry.fixed
+    result = fuzz(
+        entry.virtual_target,
+        _installed(entry, version, lib_cache),
+        tmp_path,
+        seed=entry.seed,
+        max_examples=entry.virtual_examples,
+        shrink_budget=entry.shrink_budget,
+        clock="virtual",
+        timeout=120,
+    )
+    if release == "buggy":
+        assert result.violation, _described(result)
+        assert result.shrunk_steps, _described(result)
+    else:
+        assert result.returncode == 0, _described(result)
+        assert result.examples == entry.virtual_examples, _described(result)
