@@ -120,11 +120,12 @@ class _Running(Generic[_A]):
 @dataclass(frozen=True)
 class _Launch:
     """How one server is run: its command, the user it runs as (``None``: this process's),
-    and the signal that stops it."""
+    the signal that stops it, and the file its output goes to (``None``: nowhere)."""
 
     arguments: list[str]
     user: str | None = None
     stop_signal: int = signal.SIGTERM
+    log: Path | None = None
 
 
 class _Server(Generic[_A]):
@@ -224,6 +225,11 @@ class _Server(Generic[_A]):
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
+        if launch.user is not None:
+            # Another user may not reach this user's cache (root's is private): the server
+            # loads a copy in its own directory.
+            library = Path(shutil.copy(library, directory / library.name))
+            library.chmod(0o755)
         keep, lifeline = os.pipe()  # the server holds `keep`; only this process `lifeline`
         os.set_inheritable(keep, True)
         env = {
@@ -234,15 +240,16 @@ class _Server(Generic[_A]):
             LIFELINE_SIGNAL_VARIABLE: str(int(launch.stop_signal)),
         }
         try:
-            process = subprocess.Popen(
-                launch.arguments,
-                env=env,
-                pass_fds=(keep,),
-                user=launch.user,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            with open(launch.log or os.devnull, "ab") as output:
+                process = subprocess.Popen(
+                    launch.arguments,
+                    env=env,
+                    pass_fds=(keep,),
+                    user=launch.user,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=output,
+                )
         except OSError as exc:
             os.close(lifeline)
             shutil.rmtree(directory, ignore_errors=True)
