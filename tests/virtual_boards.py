@@ -1,16 +1,26 @@
-"""Server-clock Redis boards for the virtual clock's tests: two boundary mutants that wall
-mode cannot see, and a correct board that keeps its leases as Redis keeps keys.
+"""Server-clock boards for the virtual clock's tests: boundary mutants that wall mode cannot
+see, and a correct board that keeps its leases as Redis keeps keys.
 
-Each is :class:`~taskboard.hosts.redis.RedisBoard` with ``clock="server"`` whose scripts are
-patched as :mod:`taskboard.hosts.server_mutants` patches them (``-- BUG`` marks a bug).
+The Redis ones are :class:`~taskboard.hosts.redis.RedisBoard` with ``clock="server"`` whose
+scripts are patched as :mod:`taskboard.hosts.server_mutants` patches them (``-- BUG`` marks a
+bug); the PostgreSQL one is :class:`~taskboard.hosts.postgres.PostgresBoard` with
+``clock="server"`` and one changed comparison.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from taskboard.hosts.postgres import PostgresBoard
 from taskboard.hosts.redis import SERVER_SCRIPTS
 from taskboard.hosts.server_mutants import _LEASE_PREFIX, _patch, _ServerMutant
 
-__all__ = ["PxKeyBoard", "ServerExpiryInclusive", "ServerTakeoverOneTickEarly"]
+__all__ = [
+    "PostgresExpiryInclusive",
+    "PxKeyBoard",
+    "ServerExpiryInclusive",
+    "ServerTakeoverOneTickEarly",
+]
 
 
 class ServerExpiryInclusive(_ServerMutant):
@@ -83,3 +93,21 @@ class PxKeyBoard(_ServerMutant):
             "redis.call('HDEL', UNTIL, id)\nredis.call('DEL', LEASE .. id)\nreturn {'ok'}",
         )
         return sources
+
+
+class _InclusiveNow(int):
+    """The server's now, in microseconds, that compares ``now < until`` as ``now <= until``
+    (and is a plain int in every sum, so the untils it computes stay right)."""
+
+    def __lt__(self, other: Any) -> bool:
+        return int(self) <= other  # BUG: <= where < is right
+
+
+class PostgresExpiryInclusive(PostgresBoard):
+    """Bug: a lease is live while ``clock_timestamp() <= until``, where ``<`` is right
+    (SPEC 2): at exactly ``until`` the holder still holds it and a claim is a
+    ``TakenError``. The issue's Go board on PostgreSQL had this bug, and wall mode did not
+    find it in 60 s."""
+
+    def _now(self, conn: Any) -> int:
+        return _InclusiveNow(super()._now(conn))
