@@ -182,9 +182,17 @@ def _parser() -> argparse.ArgumentParser:
         choices=CLOCK_MODES,
         help="where the board's time comes from: 'manual', a clock the checker moves (exact "
         "boundaries); 'virtual', the same clock moving the target machine's server's too "
-        "(a machine with server = taskboard.servers.Redis(); Linux); or 'wall', real time, "
-        "for a board that keeps time on its own server (default: the machine's clock_mode, "
-        "manual)",
+        "(--server, or a machine with server = taskboard.servers.Redis(); Linux); or "
+        "'wall', real time, for a board that keeps time on its own server (default: the "
+        "machine's clock_mode, manual)",
+    )
+    fuzz_cmd.add_argument(
+        "--server",
+        metavar="redis|postgres",
+        help="with --clock virtual: start this server on the checker's clock for the run (one "
+        "per worker), and stop it at the end; the machine's server attribute is it (make_board "
+        "reads self.server.url) and a board factory reads its URL from the environment "
+        "variable TASKBOARD_SERVER_URL",
     )
     fuzz_cmd.add_argument(
         "--clock-skew",
@@ -396,6 +404,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         shortest_lease=args.shortest_lease,
         nemesis=args.nemesis,
         campaign=args.campaign,
+        server=args.server,
     )
     report = fuzz(
         target,

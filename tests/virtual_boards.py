@@ -9,10 +9,13 @@ bug); the PostgreSQL one is :class:`~taskboard.hosts.postgres.PostgresBoard` wit
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from typing import Any
 
+from taskboard import Clock, Task
 from taskboard.hosts.postgres import PostgresBoard
-from taskboard.hosts.redis import SERVER_SCRIPTS
+from taskboard.hosts.redis import SERVER_SCRIPTS, RedisBoard
 from taskboard.hosts.server_mutants import _LEASE_PREFIX, _patch, _ServerMutant
 
 __all__ = [
@@ -20,6 +23,10 @@ __all__ = [
     "PxKeyBoard",
     "ServerExpiryInclusive",
     "ServerTakeoverOneTickEarly",
+    "postgres_expiry_inclusive",
+    "postgres_server_clock",
+    "redis_expiry_inclusive",
+    "redis_server_clock",
 ]
 
 
@@ -111,3 +118,37 @@ class PostgresExpiryInclusive(PostgresBoard):
 
     def _now(self, conn: Any) -> int:
         return _InclusiveNow(super()._now(conn))
+
+
+# -- targets for ``taskboard fuzz --clock virtual --server ...`` ---------------------------------
+
+
+def _server_url() -> str:
+    # fuzz --server names the URL of the server it started here (taskboard._fuzz.serving).
+    return os.environ["TASKBOARD_SERVER_URL"]
+
+
+def redis_server_clock(tasks: Iterable[Task], clock: Clock) -> RedisBoard:
+    """The reference RedisBoard on its server's clock, on the ``--server redis``."""
+    return RedisBoard(tasks, "server", _server_url())
+
+
+def redis_expiry_inclusive(tasks: Iterable[Task], clock: Clock) -> RedisBoard:
+    """:class:`ServerExpiryInclusive` on the ``--server redis``."""
+    return ServerExpiryInclusive(tasks, "server", _server_url())
+
+
+def postgres_server_clock(tasks: Iterable[Task], clock: Clock) -> PostgresBoard:
+    """The reference PostgresBoard on its server's clock, on the ``--server postgres``."""
+    return PostgresBoard(tasks, "server", _server_url())
+
+
+def postgres_expiry_inclusive(tasks: Iterable[Task], clock: Clock) -> PostgresBoard:
+    """:class:`PostgresExpiryInclusive` on the ``--server postgres``."""
+    return PostgresExpiryInclusive(tasks, "server", _server_url())
+
+
+for _factory in (redis_server_clock, redis_expiry_inclusive):
+    _factory.clock_resolution = RedisBoard.clock_resolution  # type: ignore[attr-defined]
+for _factory in (postgres_server_clock, postgres_expiry_inclusive):
+    _factory.clock_resolution = PostgresBoard.clock_resolution  # type: ignore[attr-defined]
