@@ -25,7 +25,7 @@ from taskboard._virtual import _postgres, _preload
 from taskboard.hosts.redis import RedisBoard
 from taskboard.stateful import BoardMachine
 from tests.conftest import unavailable
-from tests.test_cli import MEMORY, SUMMARY
+from tests.test_cli import MEMORY, SUMMARY, minimal_trace_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,24 +44,31 @@ def _require(server: str) -> None:
         unavailable(str(exc))
 
 
-def _fuzz(tmp_path: Path, target: str, server: str, *more: str) -> subprocess.CompletedProcess[str]:
-    """``python -m taskboard fuzz TARGET --clock virtual --server SERVER`` for a few dozen
-    sequential examples, with the tests importable."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
+def _taskboard(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``python -m taskboard ARGV`` in ``tmp_path``, with the tests importable."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     env.pop(SERVER_URL_VARIABLE, None)
-    argv = [
-        sys.executable, "-m", "taskboard", "fuzz", target,
-        "--clock", "virtual", "--server", server,
+    return subprocess.run(
+        [sys.executable, "-m", "taskboard", *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _fuzz(tmp_path: Path, target: str, server: str, *more: str) -> subprocess.CompletedProcess[str]:
+    """``taskboard fuzz TARGET --clock virtual --server SERVER``, sequential, seeded."""
+    return _taskboard(
+        tmp_path,
+        "fuzz", target, "--clock", "virtual", "--server", server,
         "--mode", "sequential", "--budget", "60s", "--seed", "1",
         "--trace-dir", str(tmp_path / "traces"), "--database", str(tmp_path / "db"),
         *more,
-    ]  # fmt: skip
-    return subprocess.run(
-        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
+    )  # fmt: skip
 
 
 # -- usage errors ---------------------------------------------------------------------------------
@@ -142,13 +149,33 @@ def test_a_correct_server_clock_board_passes_a_virtual_fuzz_run(
 @pytest.mark.parametrize("server", ["redis", "postgres"])
 def test_a_boundary_mutant_is_found_by_a_virtual_fuzz_run(tmp_path: Path, server: str) -> None:
     """fuzz --clock virtual --server S of a board that keeps a lease live at exactly its
-    until (<= on S's clock) exits 1 and writes a virtual-mode trace."""
+    until (<= on S's clock) exits 1 and writes a virtual-mode trace, which replay --server S
+    fails again (exit 1); replay without a server is a usage error (exit 2)."""
     _require(server)
     result = _fuzz(tmp_path, f"tests.virtual_boards:{server}_expiry_inclusive", server)
     assert result.returncode == 1, result.stdout + result.stderr
     traces = list((tmp_path / "traces").glob("*.json"))
     assert traces, result.stdout
     assert '"clock_mode": "virtual"' in traces[0].read_text(encoding="utf-8")
+    replayed = _taskboard(tmp_path, "replay", str(traces[0]), "--server", server)
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "FAIL:" in replayed.stdout
+    serverless = _taskboard(tmp_path, "replay", str(traces[0]))
+    assert serverless.returncode == 2, serverless.stdout + serverless.stderr
+    assert "pass --server redis|postgres" in serverless.stderr
+    assert "Traceback" not in serverless.stderr
+
+
+def test_replay_on_a_server_needs_a_virtual_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """replay --server of a trace from manual mode exits 2, with no traceback."""
+    trace = tmp_path / "manual.json"
+    trace.write_text(minimal_trace_json(), encoding="utf-8")
+    assert main(["replay", str(trace), "--board", MEMORY, "--server", "redis"]) == 2
+    err = capsys.readouterr().err
+    assert "this trace is from 'manual' mode, not 'virtual'" in err
+    assert "Traceback" not in err
 
 
 def test_the_run_stops_its_server_and_restores_the_variable(tmp_path: Path) -> None:
