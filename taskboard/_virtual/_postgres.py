@@ -29,7 +29,10 @@ __all__ = ["Postgres"]
 #: (and a clock that stands still would never fire them). They are off. The checkpointer and
 #: the autovacuum launcher schedule themselves by the wall clock too: a jump would start a
 #: checkpoint or a vacuum in the middle of a call, so autovacuum is off and checkpoints wait
-#: a day. Nothing here is durable (``fsync=off``), and only loopback listens.
+#: a day. ``deadlock_timeout`` is armed the same way and stays: while the clock stands a
+#: lock wait is never checked for a deadlock (a board that deadlocks hangs until its call
+#: timeout), and a jump only checks early, which is harmless. Nothing here is durable
+#: (``fsync=off``), and only loopback listens.
 _SETTINGS = {
     "listen_addresses": "127.0.0.1",
     "fsync": "off",
