@@ -1,27 +1,33 @@
 """Virtual mode against wall mode (issue 30): examples per second of the same server-clock
 board on the same store.
 
-The board is the reference ``RedisBoard(clock="server")`` (now is Redis ``TIME``). In virtual
-mode it runs on ``taskboard.servers.Redis()``, whose clock the machine moves; in wall mode
-on a plain ``redis-server`` this script starts, on real time. The manual row is the same
-board given the machine's clock (``RedisBoard(tasks, clock, url)``): the floor. Same seed,
-same number of examples, generation only; the ratios are printed last. Needs
-``redis-server`` and a C compiler (Linux).
+The boards are the reference ``RedisBoard(clock="server")`` (now is Redis ``TIME``) and
+``PostgresBoard(clock="server")`` (now is ``clock_timestamp()``). In virtual mode each runs
+on ``taskboard.servers.Redis()`` / ``Postgres()``, whose clock the machine moves; in wall
+mode on a plain ``redis-server`` / PostgreSQL this script starts, on real time. The manual
+row is the same board given the machine's clock (``RedisBoard(tasks, clock, url)``): the
+floor. Same seed, same number of examples, generation only; the ratios are printed last.
+Needs ``redis-server``, PostgreSQL's binaries (a store without them is skipped) and a C
+compiler (Linux).
 
-    python benchmarks/bench_virtual_clock.py [--examples N]
+    python benchmarks/bench_virtual_clock.py [--examples N] [--store redis|postgres|both]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -29,6 +35,7 @@ from bench_wall_clock import counting, machine_for, run
 
 import taskboard.servers
 from taskboard import Board, Clock, Task
+from taskboard._virtual._postgres import _bindir
 from taskboard.hosts.redis import RedisBoard
 from taskboard.stateful import BoardMachine
 
@@ -62,9 +69,53 @@ def plain_redis() -> Iterator[str]:
             process.wait()
 
 
-def board_on(url: str, clock: str = "server") -> Any:
+@contextmanager
+def plain_postgres() -> Iterator[str]:
+    """A PostgreSQL on real time, in a new cluster on a free loopback port, no fsync: its
+    URL (as root, run as the postgres user, which PostgreSQL needs)."""
+    import psycopg
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    binaries = _bindir(None)
+    user = "postgres" if os.geteuid() == 0 else None
+    with tempfile.TemporaryDirectory(prefix="bench-postgres-") as directory:
+        if user is not None:
+            account = pwd.getpwnam(user)
+            os.chown(directory, account.pw_uid, account.pw_gid)
+        data = str(Path(directory) / "data")
+        subprocess.run(
+            [str(binaries / "initdb"), "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"],
+            user=user,
+            check=True,
+            capture_output=True,
+        )
+        settings = ["listen_addresses=127.0.0.1", "fsync=off", "max_connections=200"]
+        process = subprocess.Popen(
+            [str(binaries / "postgres"), "-D", data, "-p", str(port), "-k", directory]
+            + [option for setting in settings for option in ("-c", setting)],
+            user=user,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+            for _ in range(1000):
+                try:
+                    psycopg.connect(url).close()
+                    break
+                except psycopg.OperationalError:
+                    time.sleep(0.01)
+            yield url
+        finally:
+            process.send_signal(signal.SIGINT)
+            process.wait()
+
+
+def board_on(url: str, clock: str = "server", board: Any = RedisBoard) -> Any:
     def make(tasks: Sequence[Task], given: Clock) -> Board:
-        return RedisBoard(tasks, given if clock == "injected" else "server", url)
+        return board(tasks, given if clock == "injected" else "server", url)
 
     return make
 
@@ -76,27 +127,28 @@ def measure(machine: type[BoardMachine], examples: int) -> tuple[int, int, float
     return len(steps), sum(steps), seconds
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=30)
-    args = parser.parse_args(argv)
-    if shutil.which("redis-server") is None:
-        print("skipped: redis-server is not on PATH")
-        return 0
-    print(f"RedisBoard(clock='server'), {args.examples} examples each (generation only)")
+def bench(
+    name: str,
+    board: Any,
+    server: taskboard.servers.Redis | taskboard.servers.Postgres,
+    plain: Callable[[], AbstractContextManager[str]],
+    examples: int,
+) -> None:
+    """Print one store's rows: manual, virtual and wall, and the ratios."""
+    print(f"{name}(clock='server'), {examples} examples each (generation only)")
     print(f"{'clock':<9}{'examples':>9}{'steps':>8}{'seconds':>9}{'examples/s':>12}{'steps/s':>9}")
     rates: dict[str, float] = {}
-    with taskboard.servers.Redis() as server, plain_redis() as wall_url:
-        virtual = machine_for(board_on(server.url), "virtual", **POLICY)
+    with server, plain() as wall_url:
+        virtual = machine_for(board_on(server.url, board=board), "virtual", **POLICY)
         virtual.server = server  # type: ignore[attr-defined]
-        wall = machine_for(board_on(wall_url), "wall", **POLICY)
+        wall = machine_for(board_on(wall_url, board=board), "wall", **POLICY)
         # The floor: the same board reading the machine's clock (no server clock at all).
-        manual = machine_for(board_on(server.url, "injected"), "manual", **POLICY)
+        manual = machine_for(board_on(server.url, "injected", board), "manual", **POLICY)
         machines = (("manual", manual), ("virtual", virtual), ("wall", wall))
         for _, machine in machines:  # warm up: connections, scripts, Hypothesis
             measure(machine, 2)
         for mode, machine in machines:
-            done, steps, seconds = measure(machine, args.examples)
+            done, steps, seconds = measure(machine, examples)
             rates[mode] = done / seconds
             print(
                 f"{mode:<9}{done:>9}{steps:>8}{seconds:>9.2f}{rates[mode]:>12.1f}"
@@ -107,6 +159,26 @@ def main(argv: list[str] | None = None) -> int:
         f"manual / virtual: {rates['manual'] / rates['virtual']:.2f}x "
         "(the cost of the server's clock)"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=30)
+    parser.add_argument("--store", choices=("redis", "postgres", "both"), default="both")
+    args = parser.parse_args(argv)
+    if args.store in ("redis", "both"):
+        if shutil.which("redis-server") is None:
+            print("RedisBoard skipped: redis-server is not on PATH")
+        else:
+            bench("RedisBoard", RedisBoard, taskboard.servers.Redis(), plain_redis, args.examples)
+    if args.store in ("postgres", "both"):
+        if not (_bindir(None) / "initdb").exists():
+            print("PostgresBoard skipped: no PostgreSQL binaries")
+        else:
+            from taskboard.hosts.postgres import PostgresBoard
+
+            postgres = taskboard.servers.Postgres()
+            bench("PostgresBoard", PostgresBoard, postgres, plain_postgres, args.examples)
     return 0
 
 

@@ -37,10 +37,12 @@ from taskboard._fuzz import (
 from taskboard._fuzz import resolve_target as _resolve_target
 from taskboard._fuzz.fleet_view import show_campaign
 from taskboard._fuzz.junit import JUnitRun, check_junit_path, remove_old_junit, write_junit_xml
+from taskboard._fuzz.serving import process_server, serving
 from taskboard._fuzz.targets import exec_target
 from taskboard._operations import OPERATIONS, OPTIONAL_OPERATIONS
 from taskboard._protocol.spares import end_spares
 from taskboard.stateful._command import EXEC_PREFIX
+from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._replay import missing_nemesis, replay_trace
 from taskboard.stateful._reports import InfrastructureFault
 from taskboard.stateful._tracefile import (
@@ -182,9 +184,17 @@ def _parser() -> argparse.ArgumentParser:
         choices=CLOCK_MODES,
         help="where the board's time comes from: 'manual', a clock the checker moves (exact "
         "boundaries); 'virtual', the same clock moving the target machine's server's too "
-        "(a machine with server = taskboard.servers.Redis(); Linux); or 'wall', real time, "
-        "for a board that keeps time on its own server (default: the machine's clock_mode, "
-        "manual)",
+        "(--server, or a machine with server = taskboard.servers.Redis(); Linux); or "
+        "'wall', real time, for a board that keeps time on its own server (default: the "
+        "machine's clock_mode, manual)",
+    )
+    fuzz_cmd.add_argument(
+        "--server",
+        metavar="redis|postgres",
+        help="with --clock virtual: start this server on the checker's clock for the run (one "
+        "per worker), and stop it at the end; the machine's server attribute is it (make_board "
+        "reads self.server.url) and a board factory reads its URL from the environment "
+        "variable TASKBOARD_SERVER_URL",
     )
     fuzz_cmd.add_argument(
         "--clock-skew",
@@ -257,6 +267,13 @@ def _parser() -> argparse.ArgumentParser:
         dest="exec_command",
         metavar="CMD",
         help="replay against the board this command serves over the board protocol (SPEC 10)",
+    )
+    replay_cmd.add_argument(
+        "--server",
+        metavar="redis|postgres",
+        help="replay a virtual-mode trace on this server, started on the checker's clock for "
+        "the replay, as fuzz --server does (the machine's server; TASKBOARD_SERVER_URL for a "
+        "board factory)",
     )
     replay_cmd.add_argument(
         "--emit-test",
@@ -396,6 +413,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         shortest_lease=args.shortest_lease,
         nemesis=args.nemesis,
         campaign=args.campaign,
+        server=args.server,
     )
     report = fuzz(
         target,
@@ -570,6 +588,13 @@ def _replay(args: argparse.Namespace) -> int:
         board = machine_of(found, target) or found
     if not callable(board):
         raise UsageError(f"{target!r} is {board!r}, not a board: {WHAT_TO_PASS}")
+    if args.server is not None:
+        board = _on_server(board, args.server, trace.clock_mode, target)
+    elif trace.clock_mode == "virtual" and getattr(board, "server", None) is None:
+        raise UsageError(
+            f"this trace is from virtual mode, and {target} names no server whose clock the "
+            "replay moves: pass --server redis|postgres"
+        )
     missing = missing_nemesis(trace, board)
     if missing:
         raise UsageError(f"{target}: {missing}")
@@ -593,7 +618,8 @@ def _replay(args: argparse.Namespace) -> int:
         else:
             print(f"recorded: {trace.verdict.clause} broken at {where}")
     try:
-        result = replay_trace(trace, board)
+        with serving(args.server):
+            result = replay_trace(trace, board)
     except InfrastructureFault as fault:
         print(f"STOPPED: {fault}")
         return FAULT
@@ -623,6 +649,24 @@ def _replay(args: argparse.Namespace) -> int:
         return OK
     print(f"FAIL: {result.report}")
     return FOUND
+
+
+def _on_server(board: Any, server: str, clock_mode: str, target: str) -> type[BoardMachine]:
+    """``board``'s machine with this process's ``server`` (``--server``) as its server.
+
+    Raises:
+        UsageError: the trace is not from virtual mode, ``target`` is an ``--exec`` board, or
+            ``server`` is no kind of server.
+    """
+    if clock_mode != "virtual":
+        raise UsageError(
+            f"--server replays on a server on the checker's clock: this trace is from "
+            f"{clock_mode!r} mode, not 'virtual'"
+        )
+    if target.startswith(EXEC_PREFIX):
+        raise UsageError("--server moves a server's clock from this process, not an --exec one")
+    machine = machine_of(board, target) or BoardMachine.for_board(board, trace_target=target)
+    return type(machine.__name__, (machine,), {"server": process_server(server)})
 
 
 # -- check ----------------------------------------------------------------------------------

@@ -361,7 +361,7 @@ def test_the_virtual_clock_on_a_board_without_a_server_is_a_usage_error(
     how to name one, with no traceback."""
     assert main(["fuzz", MEMORY, "--clock", "virtual", "--budget", "5s"]) == 2
     err = capsys.readouterr().err
-    assert "--clock virtual needs a machine that names the server" in err
+    assert "--clock virtual needs a server whose clock it moves: --server redis|postgres" in err
     assert "server = taskboard.servers.Redis()" in err
     assert "Traceback" not in err
 

@@ -1,16 +1,33 @@
-"""Server-clock Redis boards for the virtual clock's tests: two boundary mutants that wall
-mode cannot see, and a correct board that keeps its leases as Redis keeps keys.
+"""Server-clock boards for the virtual clock's tests: boundary mutants that wall mode cannot
+see, and a correct board that keeps its leases as Redis keeps keys.
 
-Each is :class:`~taskboard.hosts.redis.RedisBoard` with ``clock="server"`` whose scripts are
-patched as :mod:`taskboard.hosts.server_mutants` patches them (``-- BUG`` marks a bug).
+The Redis ones are :class:`~taskboard.hosts.redis.RedisBoard` with ``clock="server"`` whose
+scripts are patched as :mod:`taskboard.hosts.server_mutants` patches them (``-- BUG`` marks a
+bug); the PostgreSQL one is :class:`~taskboard.hosts.postgres.PostgresBoard` with
+``clock="server"`` and one changed comparison.
 """
 
 from __future__ import annotations
 
-from taskboard.hosts.redis import SERVER_SCRIPTS
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from taskboard import Clock, Task
+from taskboard.hosts.postgres import PostgresBoard
+from taskboard.hosts.redis import SERVER_SCRIPTS, RedisBoard
 from taskboard.hosts.server_mutants import _LEASE_PREFIX, _patch, _ServerMutant
 
-__all__ = ["PxKeyBoard", "ServerExpiryInclusive", "ServerTakeoverOneTickEarly"]
+__all__ = [
+    "PostgresExpiryInclusive",
+    "PxKeyBoard",
+    "ServerExpiryInclusive",
+    "ServerTakeoverOneTickEarly",
+    "postgres_expiry_inclusive",
+    "postgres_server_clock",
+    "redis_expiry_inclusive",
+    "redis_server_clock",
+]
 
 
 class ServerExpiryInclusive(_ServerMutant):
@@ -83,3 +100,55 @@ class PxKeyBoard(_ServerMutant):
             "redis.call('HDEL', UNTIL, id)\nredis.call('DEL', LEASE .. id)\nreturn {'ok'}",
         )
         return sources
+
+
+class _InclusiveNow(int):
+    """The server's now, in microseconds, that compares ``now < until`` as ``now <= until``
+    (and is a plain int in every sum, so the untils it computes stay right)."""
+
+    def __lt__(self, other: Any) -> bool:
+        return int(self) <= other  # BUG: <= where < is right
+
+
+class PostgresExpiryInclusive(PostgresBoard):
+    """Bug: a lease is live while ``clock_timestamp() <= until``, where ``<`` is right
+    (SPEC 2): at exactly ``until`` the holder still holds it and a claim is a
+    ``TakenError``. The issue's Go board on PostgreSQL had this bug, and wall mode did not
+    find it in 60 s."""
+
+    def _now(self, conn: Any) -> int:
+        return _InclusiveNow(super()._now(conn))
+
+
+# -- targets for ``taskboard fuzz --clock virtual --server ...`` ---------------------------------
+
+
+def _server_url() -> str:
+    # fuzz --server names the URL of the server it started here (taskboard._fuzz.serving).
+    return os.environ["TASKBOARD_SERVER_URL"]
+
+
+def redis_server_clock(tasks: Iterable[Task], clock: Clock) -> RedisBoard:
+    """The reference RedisBoard on its server's clock, on the ``--server redis``."""
+    return RedisBoard(tasks, "server", _server_url())
+
+
+def redis_expiry_inclusive(tasks: Iterable[Task], clock: Clock) -> RedisBoard:
+    """:class:`ServerExpiryInclusive` on the ``--server redis``."""
+    return ServerExpiryInclusive(tasks, "server", _server_url())
+
+
+def postgres_server_clock(tasks: Iterable[Task], clock: Clock) -> PostgresBoard:
+    """The reference PostgresBoard on its server's clock, on the ``--server postgres``."""
+    return PostgresBoard(tasks, "server", _server_url())
+
+
+def postgres_expiry_inclusive(tasks: Iterable[Task], clock: Clock) -> PostgresBoard:
+    """:class:`PostgresExpiryInclusive` on the ``--server postgres``."""
+    return PostgresExpiryInclusive(tasks, "server", _server_url())
+
+
+for _factory in (redis_server_clock, redis_expiry_inclusive):
+    _factory.clock_resolution = RedisBoard.clock_resolution  # type: ignore[attr-defined]
+for _factory in (postgres_server_clock, postgres_expiry_inclusive):
+    _factory.clock_resolution = PostgresBoard.clock_resolution  # type: ignore[attr-defined]

@@ -16,6 +16,7 @@ from taskboard._fuzz.options import FuzzOptions, open_database
 from taskboard._fuzz.progress import Progress
 from taskboard._fuzz.report import FuzzReport, races_of, settings_in_force
 from taskboard._fuzz.run import Run
+from taskboard._fuzz.serving import serving
 from taskboard._fuzz.targets import DEFAULT_TARGET, Target, probe_board
 from taskboard._fuzz.workers import fuzz_in_processes
 from taskboard.stateful._config import MachineConfig
@@ -82,30 +83,38 @@ def fuzz(
     options = options.checked(resolved)
     planned = options.machine(resolved)
     database = open_database(options.database)  # one that cannot be reached: a usage error now
-    if options.workers == 1:  # several workers probe in their own processes, as a board may exit
-        probe_board(planned, target, pickles=options.processes)
-    seed = random.randrange(2**32) if options.seed is None else options.seed
-    if on_start is not None:  # after the options are known good: a mistake stays one line
-        on_start(seed)
-    config = MachineConfig.of(planned)
-    started = time.monotonic()
-    meter = Progress(progress, started, options.budget)
-    with _ctrl_c_requests_a_stop() as stop:
+    # The process that runs the examples starts the --server for the run and stops it at its
+    # end: this one, or each worker its own.
+    with serving(options.server if options.workers == 1 else None):
+        # Several workers probe in their own processes, as a board may exit.
         if options.workers == 1:
-            report = FuzzReport()
+            probe_board(planned, target, pickles=options.processes)
+        seed = random.randrange(2**32) if options.seed is None else options.seed
+        if on_start is not None:  # after the options are known good: a mistake stays one line
+            on_start(seed)
+        config = MachineConfig.of(planned)
+        started = time.monotonic()
+        meter = Progress(progress, started, options.budget)
+        with _ctrl_c_requests_a_stop() as stop:
+            if options.workers == 1:
+                report = FuzzReport()
 
-            def tick() -> None:
-                meter.show(report.examples, report.parallel_programs, report.steps, 0)
+                def tick() -> None:
+                    meter.show(report.examples, report.parallel_programs, report.steps, 0)
 
-            run = Run.plan(
-                resolved, options, seed=seed, max_examples=options.max_examples, database=database
-            )
-            try:
-                run.batches(report, tick, stop)
-            except KeyboardInterrupt:
-                report.interrupted = True
-        else:
-            report = fuzz_in_processes(resolved.name, options, seed, meter, stop)
+                run = Run.plan(
+                    resolved,
+                    options,
+                    seed=seed,
+                    max_examples=options.max_examples,
+                    database=database,
+                )
+                try:
+                    run.batches(report, tick, stop)
+                except KeyboardInterrupt:
+                    report.interrupted = True
+            else:
+                report = fuzz_in_processes(resolved.name, options, seed, meter, stop)
     report.seconds = time.monotonic() - started
     report.workers = options.workers
     report.mode = options.mode

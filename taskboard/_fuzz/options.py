@@ -17,6 +17,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from taskboard._clock import CLOCK_MODES
 from taskboard._fuzz.fleet import check_campaign, redis_client
+from taskboard._fuzz.serving import process_server
 from taskboard._fuzz.targets import Target, UsageError
 from taskboard._profiles import NIGHTLY
 from taskboard.stateful._command import EXEC_PREFIX
@@ -87,6 +88,10 @@ class FuzzOptions:
     nemesis: str | None = None
     #: The campaign this run's workers publish to, in the ``redis://`` ``database``.
     campaign: str | None = None
+    #: In virtual mode, the server each process starts for the board (``"redis"`` or
+    #: ``"postgres"``; see :mod:`taskboard._fuzz.serving`): the machine's ``server``;
+    #: ``None`` keeps the machine's.
+    server: str | None = None
 
     def checked(self, target: Target) -> FuzzOptions:
         """These options, checked against ``target``'s machine.
@@ -120,8 +125,15 @@ class FuzzOptions:
             raise UsageError(f"--clock must be 'manual', 'virtual' or 'wall', got {self.clock!r}")
         mode = self.clock or target.machine.clock_mode
         wall = mode == "wall"
+        if self.server is not None:
+            process_server(self.server)  # a name it does not know is refused here
+            if mode != "virtual":
+                raise UsageError(
+                    f"--server starts a server on the checker's clock: it needs --clock "
+                    f"virtual (the clock is {mode!r} here)"
+                )
         if mode == "virtual":
-            check_virtual(target)
+            check_virtual(target, self.server)
         for flag in _FLAGS.values():
             value = getattr(self, flag.field)
             if value is None or not flag.in_milliseconds:
@@ -160,6 +172,8 @@ class FuzzOptions:
             value = getattr(self, flag.field)
             if value is not None and value is not False:
                 attributes[name] = flag.convert(value)
+        if self.server is not None:  # an object, not a setting: see taskboard._fuzz.serving
+            attributes["server"] = process_server(self.server)
         return attributes
 
     def machine(self, target: Target) -> type[BoardMachine]:
@@ -331,22 +345,23 @@ def parse_nemesis(text: str, machine: type[BoardMachine], target: str) -> tuple[
     return names
 
 
-def check_virtual(target: Target) -> None:
-    """Refuse ``--clock virtual`` where no server follows the machine's clock.
+def check_virtual(target: Target, server: str | None = None) -> None:
+    """Refuse ``--clock virtual`` where no server follows the machine's clock: ``server``
+    (``--server``) names one, or the machine does.
 
     Raises:
         UsageError: ``target`` is an ``--exec`` board (its processes keep their own time:
-            virtual mode reaches servers and libraries in this process), or its machine names
-            no ``server``.
+            virtual mode reaches servers and libraries in this process), or neither
+            ``--server`` nor its machine names a ``server``.
     """
     if target.name.startswith(EXEC_PREFIX):
         raise UsageError(
             "--clock virtual moves a server's clock from this process; an --exec board keeps "
             "the time of its own processes: use --clock manual (set_time) or --clock wall"
         )
-    if getattr(target.machine, "server", None) is None:
+    if server is None and getattr(target.machine, "server", None) is None:
         raise UsageError(
-            f"--clock virtual needs a machine that names the server whose clock it moves "
-            f"(server = taskboard.servers.Redis() on the class); {target.name} names none. "
-            "See docs/wall-clock.md"
+            f"--clock virtual needs a server whose clock it moves: --server redis|postgres, "
+            f"or a machine that names one (server = taskboard.servers.Redis() on the class); "
+            f"{target.name} names none. See docs/wall-clock.md"
         )

@@ -15,6 +15,7 @@ from taskboard._fuzz.options import FuzzOptions, open_database
 from taskboard._fuzz.progress import Progress
 from taskboard._fuzz.report import FuzzReport
 from taskboard._fuzz.run import Run
+from taskboard._fuzz.serving import serving
 from taskboard._fuzz.targets import Target, UsageError, probe_board
 from taskboard.stateful._parallel import RUNS_PER_PROGRAM
 
@@ -102,15 +103,16 @@ def _work(job: Job, updates: Any, stop: Any) -> None:
 
     try:
         target = Target.resolve(job.target)
-        probe_board(job.options.machine(target), job.target, pickles=job.options.processes)
-        run = Run.plan(
-            target,
-            job.options,
-            seed=job.seed + _SEED_STRIDE * job.index,
-            max_examples=job.max_examples,
-            database=open_database(job.options.database),
-        )
-        run.batches(report, tick, stop)
+        with serving(job.options.server):  # each worker's server of its own
+            probe_board(job.options.machine(target), job.target, pickles=job.options.processes)
+            run = Run.plan(
+                target,
+                job.options,
+                seed=job.seed + _SEED_STRIDE * job.index,
+                max_examples=job.max_examples,
+                database=open_database(job.options.database),
+            )
+            run.batches(report, tick, stop)
     except UsageError as exc:
         updates.put(Misused(job.index, str(exc)))
         return

@@ -22,6 +22,7 @@ from pathlib import Path
 
 __all__ = [
     "CLOCK_FILE_VARIABLE",
+    "LIFELINE_SIGNAL_VARIABLE",
     "LIFELINE_VARIABLE",
     "ClockFile",
     "VirtualClockUnavailable",
@@ -34,6 +35,9 @@ CLOCK_FILE_VARIABLE = "TASKBOARD_VIRTUAL_CLOCK_FILE"
 #: holds: when it closes (the checker's process ended, however), the process under the
 #: library sends itself SIGTERM.
 LIFELINE_VARIABLE = "TASKBOARD_VIRTUAL_LIFELINE_FD"
+#: The environment variable that names the signal (a number) the process sends itself when
+#: its lifeline closes; SIGTERM when unset.
+LIFELINE_SIGNAL_VARIABLE = "TASKBOARD_VIRTUAL_LIFELINE_SIGNAL"
 
 _SOURCE = Path(__file__).with_name("clock.c")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -18,7 +18,9 @@
  * TASKBOARD_VIRTUAL_LIFELINE_FD, when set, names the read end of a pipe whose write end only
  * the checker's process holds: a thread waits on it, and when it reads end-of-file (the
  * checker ended, whether it exited or was killed) the process sends itself SIGTERM, so a
- * server never outlives the run that started it.
+ * server never outlives the run that started it. TASKBOARD_VIRTUAL_LIFELINE_SIGNAL, when set,
+ * names another signal to send (a number): PostgreSQL's SIGTERM is a "smart" shutdown that
+ * waits for its clients, so it is sent SIGINT, the fast one.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -42,6 +44,8 @@ static clock_gettime_fn real_clock_gettime;
 static gettimeofday_fn real_gettimeofday;
 static int resolving; /* a dlsym lookup is under way in some thread */
 
+static int lifeline_signal = SIGTERM;
+
 static void *watch_lifeline(void *arg) {
     int fd = (int)(intptr_t)arg;
     char byte;
@@ -49,7 +53,7 @@ static void *watch_lifeline(void *arg) {
         ssize_t got = read(fd, &byte, 1);
         if (got == 0 || (got < 0 && errno != EINTR)) break;
     }
-    kill(getpid(), SIGTERM);
+    kill(getpid(), lifeline_signal);
     return NULL;
 }
 
@@ -59,6 +63,11 @@ static void hold_lifeline(void) {
     char *end;
     long fd = strtol(text, &end, 10);
     if (*end != '\0' || fd < 0) return;
+    const char *signal_text = getenv("TASKBOARD_VIRTUAL_LIFELINE_SIGNAL");
+    if (signal_text != NULL && *signal_text != '\0') {
+        long number = strtol(signal_text, &end, 10);
+        if (*end == '\0' && number > 0 && number < NSIG) lifeline_signal = (int)number;
+    }
     pthread_t thread;
     if (pthread_create(&thread, NULL, watch_lifeline, (void *)(intptr_t)fd) == 0)
         pthread_detach(thread);
