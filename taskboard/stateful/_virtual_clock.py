@@ -52,8 +52,8 @@ def virtual_clock(hooks: Any, start: datetime, tick: timedelta) -> FollowedClock
     if not isinstance(server, VirtualServer):
         raise TypeError(
             f"{type(hooks).__qualname__}.clock_mode = 'virtual' needs a server whose clock "
-            f"the machine moves: set server = taskboard.servers.Redis() on the class (got "
-            f"{server!r})"
+            "the machine moves: set server = taskboard.servers.Redis() (or .Postgres()) on the "
+            f"class, or run taskboard fuzz with --server redis|postgres (got {server!r})"
         )
     begin = example_start(start, server.now(), tick)
     # Emptied first: a key of the previous example must not outlive it into this one.
