@@ -303,6 +303,21 @@ def test_the_store_boundary_accepts_an_until_one_tick_late() -> None:
     assert BoardModel.start([], store_boundary=True).store_boundary
 
 
+def test_the_store_boundary_follows_a_ttl_off_the_grid_rounded_up() -> None:
+    """A ttl below the resolution that the store rounds up to one tick, then keeps through
+    that deadline tick, ends two ticks after now: accepted in virtual mode, and no later."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    ttl = MS / 2
+    rounded_and_kept = now + 2 * MS
+    assert check_until(rounded_and_kept, now, ttl, "3.1", None, MS, store_boundary=True) == (
+        rounded_and_kept
+    )
+    with pytest.raises(ContractViolation):
+        check_until(rounded_and_kept + US, now, ttl, "3.1", None, MS, store_boundary=True)
+    with pytest.raises(ContractViolation):
+        check_until(rounded_and_kept, now, ttl, "3.1", None, MS)
+
+
 PX_SETTINGS = {"clock_resolution": MS, "shortest_lease": MS}
 
 

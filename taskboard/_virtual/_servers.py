@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,10 +73,18 @@ def _free_port() -> int:
 
 
 def _stop(
-    process: subprocess.Popen[bytes], lifeline: int, directory: str, stop_signal: int
+    process: subprocess.Popen[bytes],
+    lifeline: int,
+    directory: str,
+    stop_signal: int,
+    admins: Sequence[_Admin] = (),
 ) -> None:
-    """Stop a server: close its lifeline, send ``stop_signal``, then SIGKILL if it lingers;
-    remove its directory. Runs from ``stop()``, a finalizer or the interpreter's exit."""
+    """Stop a server: close its admin connections and its lifeline, send ``stop_signal``,
+    then SIGKILL if it lingers; remove its directory. Runs from ``stop()``, a finalizer or
+    the interpreter's exit."""
+    for admin in admins:
+        with contextlib.suppress(Exception):
+            admin.close()
     with contextlib.suppress(OSError):
         os.close(lifeline)
     if process.poll() is None:
@@ -256,14 +264,18 @@ class _Server(Generic[_A]):
             raise ServerStartError(f"could not run {launch.arguments[0]}: {exc}") from exc
         finally:
             os.close(keep)
+        # The admin connection joins what the finalizer closes once it is open: a server
+        # collected without stop() leaves no socket for the garbage collector to warn about.
+        admins: list[_Admin] = []
         finalizer = weakref.finalize(
-            self, _stop, process, lifeline, str(directory), launch.stop_signal
+            self, _stop, process, lifeline, str(directory), launch.stop_signal, admins
         )
         try:
             admin = self._connect(process, port, directory)
         except BaseException:
             finalizer()
             raise
+        admins.append(admin)
         return _Running(process, port, directory, clock, admin, finalizer)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from taskboard._clock import as_utc
@@ -160,8 +160,9 @@ def check_until(
     """The ``until`` to adopt for a lease of ``ttl`` taken at ``now`` (or in ``window``).
 
     ``store_boundary``: at an instant, an ``until`` up to one ``resolution`` past
-    ``now + ttl`` is also accepted, and adopted as reported (a store that keeps a lease
-    through its deadline tick; see ``BoardModel.store_boundary``).
+    ``now + ttl`` (rounded up to the resolution's grid, for a ttl off it) is also accepted,
+    and adopted as reported (a store that keeps a lease through its deadline tick; see
+    ``BoardModel.store_boundary``).
     """
     if ttl == timedelta(0):
         _require(
@@ -181,7 +182,9 @@ def check_until(
             f"returned until={until!r}",
         )
     late = as_utc(until) - expected
-    if store_boundary and timedelta(0) < late <= resolution:
+    # A store that keeps a lease through its deadline tick ends it one tick past its
+    # deadline, which is now + ttl rounded up to the store's grid when ttl is off it.
+    if store_boundary and timedelta(0) < late <= resolution + _to_grid(expected, resolution):
         return as_utc(until)
     off = abs(late)
     if off >= resolution:
@@ -195,6 +198,15 @@ def check_until(
     # A ttl off the resolution grid cannot be kept exactly: how the store rounds it, within
     # one resolution, is when the lease ends.
     return expected if ttl % resolution == timedelta(0) else as_utc(until)
+
+
+def _to_grid(instant: datetime, resolution: timedelta) -> timedelta:
+    """How far ``instant`` is from the next multiple of ``resolution`` since the Unix epoch
+    (zero on the grid)."""
+    return -(as_utc(instant) - _EPOCH) % resolution
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def check_until_in_window(
