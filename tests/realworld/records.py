@@ -289,9 +289,6 @@ def virtual_machine(
         for name in ("clock_resolution", "shortest_lease", "expired_lease_policy")
         if hasattr(wall_board, name)
     }
-    # No lease under one resolution: a store keeps whole ticks, and the model's store
-    # boundary (one tick past now + ttl) does not yet allow for a TTL rounded up to one.
-    settings.setdefault("shortest_lease", settings.get("clock_resolution"))
     machine = BoardMachine.for_board(
         board, clock_mode="virtual", server=taskboard.servers.Redis(), **settings
     )
