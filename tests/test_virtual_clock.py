@@ -178,13 +178,9 @@ def _pid_gone(pid: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize(
-    "ending",
-    ["exit", "killed", "with"],
-)
-def test_a_server_never_outlives_its_process(server: taskboard.servers.Redis, ending: str) -> None:
-    """A process that starts a server and exits, is SIGKILLed, or leaves a with block
-    leaves no redis-server and no directory behind."""
+def started_and_ended(server: str, ending: str, timeout: float) -> tuple[int, Path]:
+    """Run a process that starts ``taskboard.servers.<server>()`` and then exits, is
+    SIGKILLed, or stops it (``ending``); the server's pid and its directory."""
     end = {
         "exit": "",
         "killed": "os.kill(os.getpid(), signal.SIGKILL)",
@@ -194,9 +190,9 @@ def test_a_server_never_outlives_its_process(server: taskboard.servers.Redis, en
         f"""
         import os, signal, sys
         import taskboard.servers
-        s = taskboard.servers.Redis()
+        s = taskboard.servers.{server}()
         s.start()
-        print(s.pid, s._running.clock.path.parent, flush=True)
+        print(s.pid, s._running.directory, flush=True)
         {end}
         """
     )
@@ -205,13 +201,21 @@ def test_a_server_never_outlives_its_process(server: taskboard.servers.Redis, en
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
     pid, directory = child.stdout.split()
-    assert _pid_gone(int(pid))
+    return int(pid), Path(directory)
+
+
+@pytest.mark.parametrize("ending", ["exit", "killed", "with"])
+def test_a_server_never_outlives_its_process(server: taskboard.servers.Redis, ending: str) -> None:
+    """A process that starts a server and exits, is SIGKILLed, or leaves a with block
+    leaves no redis-server and no directory behind."""
+    pid, directory = started_and_ended("Redis", ending, timeout=60)
+    assert _pid_gone(pid)
     if ending != "killed":  # a killed process cannot remove its temporary directory
-        assert not Path(directory).exists()
+        assert not directory.exists()
 
 
 # -- the clock's seam -----------------------------------------------------------------------------

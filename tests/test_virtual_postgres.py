@@ -7,10 +7,6 @@ CI sets ``TASKBOARD_REQUIRE_SERVERS=1``).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -25,7 +21,7 @@ from taskboard._virtual import _postgres, _preload
 from taskboard.model import ContractViolation
 from taskboard.stateful import BoardMachine, parse_trace, replay_trace, trace_to_json
 from tests.conftest import unavailable
-from tests.test_virtual_clock import _pid_gone, run
+from tests.test_virtual_clock import _pid_gone, run, started_and_ended
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -144,33 +140,10 @@ def test_a_postgres_never_outlives_its_process(ending: str) -> None:
     """A process that starts a PostgreSQL and exits, is SIGKILLed, or stops it leaves no
     postgres behind (and, unless killed, no directory)."""
     _require_postgres()
-    end = {
-        "exit": "",
-        "killed": "os.kill(os.getpid(), signal.SIGKILL)",
-        "with": "s.stop()",
-    }[ending]
-    script = textwrap.dedent(
-        f"""
-        import os, signal, sys
-        import taskboard.servers
-        s = taskboard.servers.Postgres()
-        s.start()
-        print(s.pid, s._running.directory, flush=True)
-        {end}
-        """
-    )
-    child = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=120,
-        check=False,
-    )
-    pid, directory = child.stdout.split()
-    assert _pid_gone(int(pid))
+    pid, directory = started_and_ended("Postgres", ending, timeout=120)
+    assert _pid_gone(pid)
     if ending != "killed":  # a killed process cannot remove its temporary directory
-        assert not Path(directory).exists()
+        assert not directory.exists()
 
 
 # -- checking real boards -------------------------------------------------------------------------
