@@ -74,6 +74,8 @@ class Entry:
     #: Examples of each release in virtual mode (``MODULE:virtual``, the driver on a
     #: redis-server of its own on the machine's clock); 0: not run in virtual mode.
     virtual_examples: int = 0
+    #: Run in virtual mode only: the wall-mode catch and pass tests (and ``main``) skip it.
+    virtual_only: bool = False
 
     @property
     def virtual_target(self) -> str:
@@ -181,6 +183,18 @@ CORPUS: tuple[Entry, ...] = (
         fixed_dist="fleetwright",
         seed=2,
         shrink_budget="40s",
+    ),
+    Entry(
+        "python-redis-lock-extend-zero",
+        "tests.realworld.python_redis_lock_extend:board",
+        "python-redis-lock",
+        buggy="3.5.0",
+        fixed="3.6.0",
+        pins=("redis==3.5.3",),
+        seed=2,
+        virtual_examples=100,
+        # Wall mode reaches a ttl-0 renew of a live lease too rarely at whole-second leases.
+        virtual_only=True,
     ),
 )
 
@@ -348,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| library | buggy → fixed | verdict | caught in | shrunk steps | fixed: exit |")
     print("| --- | --- | --- | --- | --- | --- |")
     for entry in CORPUS:
+        if entry.virtual_only:
+            continue
         if (entry.deep and not args.deep and args.only is None) or args.only not in (
             None,
             entry.name,

@@ -38,6 +38,7 @@ def _params() -> list[object]:
     return [
         pytest.param(entry, id=entry.name, marks=[pytest.mark.deep] if entry.deep else [])
         for entry in CORPUS
+        if not entry.virtual_only
     ]
 
 
