@@ -130,6 +130,8 @@ recording_board.clock_resolution = RedisBoard.clock_resolution  # type: ignore[a
 # -- runs -----------------------------------------------------------------------------------------
 
 
+# The whole command line, a server started per run: seconds each, so CI's slow run has them.
+@pytest.mark.slow
 @pytest.mark.parametrize("server", ["redis", "postgres"])
 def test_a_correct_server_clock_board_passes_a_virtual_fuzz_run(
     tmp_path: Path, server: str
@@ -146,6 +148,7 @@ def test_a_correct_server_clock_board_passes_a_virtual_fuzz_run(
     assert int(match.group(1)) == 30, result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server", ["redis", "postgres"])
 def test_a_boundary_mutant_is_found_by_a_virtual_fuzz_run(tmp_path: Path, server: str) -> None:
     """fuzz --clock virtual --server S of a board that keeps a lease live at exactly its
