@@ -36,24 +36,15 @@ whole-second leases); ``board`` needs ``TASKBOARD_REDIS_URL`` (a redis-server 7+
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-import redis
 import redis_lock
 
 from taskboard import Clock, Task
-from tests.realworld.records import (
-    EPOCH,
-    KeyedLock,
-    RecordBoard,
-    Refused,
-    board_for,
-    virtual_machine,
-)
-from tests.realworld.records import TOKEN_EXPIRY as _EXPIRY
+from tests.realworld.python_redis_lock import RedisLockDriver
+from tests.realworld.records import KeyedLock, RecordBoard, Refused, board_for, virtual_machine
 
 __all__ = ["RedisLockExtendDriver", "board"]
 
@@ -68,12 +59,9 @@ def _seconds(ttl: timedelta) -> int:
     return int(-(-ttl // _S))
 
 
-class RedisLockExtendDriver:
-    """A :class:`~tests.realworld.records.ExtendingDriver` over ``redis_lock.Lock``."""
-
-    def __init__(self, url: str) -> None:
-        self.client = redis.StrictRedis.from_url(url)
-        self.prefix = f"realworld:{secrets.token_hex(6)}:"
+class RedisLockExtendDriver(RedisLockDriver):
+    """A :class:`~tests.realworld.records.ExtendingDriver` over ``redis_lock.Lock``: the
+    release, until and clean-up of :class:`RedisLockDriver`, with renewal."""
 
     def __repr__(self) -> str:
         return f"RedisLockExtendDriver(python-redis-lock {redis_lock.__version__}, {self.prefix!r})"
@@ -84,12 +72,6 @@ class RedisLockExtendDriver:
             KeyedLock(lock, f"lock:{self.prefix}{name}") if lock.acquire(blocking=False) else None
         )
 
-    def release(self, handle: Any) -> None:
-        try:
-            handle.lock.release()
-        except redis_lock.NotAcquired as exc:
-            raise Refused(f"NotAcquired: {exc}") from exc
-
     def extend(self, handle: Any, ttl: timedelta) -> None:
         name = handle.key.removeprefix("lock:")
         lock = redis_lock.Lock(self.client, name, expire=_FOREVER, id=handle.lock.id)
@@ -97,19 +79,6 @@ class RedisLockExtendDriver:
             lock.extend(expire=_seconds(ttl))
         except redis_lock.NotAcquired as exc:
             raise Refused(f"NotAcquired: {exc}") from exc
-
-    def until(self, handle: Any, ttl: timedelta) -> datetime | None:
-        held, when = self.client.eval(_EXPIRY, 1, handle.key, handle.lock.id)
-        return EPOCH + (when + 1 if held else when) * _MS
-
-    def close(self) -> None:
-        keys = [
-            *self.client.keys("lock:" + self.prefix + "*"),
-            *self.client.keys("lock-signal:" + self.prefix + "*"),
-        ]
-        if keys:
-            self.client.delete(*keys)
-        self.client.connection_pool.disconnect()
 
 
 def board(tasks: Sequence[Task], clock: Clock) -> RecordBoard:
