@@ -372,7 +372,12 @@ def test_a_boundary_mutant_is_caught_and_replays(
 ) -> None:
     """A server-clock boundary bug (<= for <, a takeover one tick early) is caught in
     virtual mode, shrinks to a few steps, and its trace fails again 10 times of 10."""
-    caught = machine(mutant, server)
+    assert_caught_shrunk_and_replayed(machine(mutant, server))
+
+
+def assert_caught_shrunk_and_replayed(caught: type[BoardMachine]) -> None:
+    """``caught`` fails in virtual mode with a trace of at most 5 steps that fails again 10
+    times of 10, and once more after it is written to a trace file and read back."""
     with pytest.raises(ContractViolation) as failure:
         run(caught, 300)
     trace = failure.value.recording

@@ -18,10 +18,14 @@ import pytest
 import taskboard.servers
 from taskboard import Clock, Task
 from taskboard._virtual import _postgres, _preload
-from taskboard.model import ContractViolation
-from taskboard.stateful import BoardMachine, parse_trace, replay_trace, trace_to_json
+from taskboard.stateful import BoardMachine
 from tests.conftest import unavailable
-from tests.test_virtual_clock import _pid_gone, run, started_and_ended
+from tests.test_virtual_clock import (
+    _pid_gone,
+    assert_caught_shrunk_and_replayed,
+    run,
+    started_and_ended,
+)
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -169,15 +173,4 @@ def test_a_postgres_boundary_mutant_is_caught_and_replays(
 ) -> None:
     """Expiry judged with <= on clock_timestamp() is caught in virtual mode, shrinks to a
     few steps, and its trace fails again 10 times of 10 (also once written and read)."""
-    caught = machine(PostgresExpiryInclusive, server)
-    with pytest.raises(ContractViolation) as failure:
-        run(caught, 300)
-    trace = failure.value.recording
-    assert trace is not None
-    assert trace.clock_mode == "virtual"
-    assert len(trace.steps) <= 5
-    results = [replay_trace(trace, caught) for _ in range(10)]
-    assert [result.passed for result in results] == [False] * 10
-    written = parse_trace(trace_to_json(trace))
-    assert written.clock_mode == "virtual"
-    assert not replay_trace(written, caught).passed
+    assert_caught_shrunk_and_replayed(machine(PostgresExpiryInclusive, server))
