@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from taskboard._fuzz import fleet
+from taskboard._fuzz import fleet, fleet_view
 from taskboard._fuzz.fleet import CampaignView, Find, Publisher, read_campaign
 from taskboard._fuzz.fleet_html import campaign_html
 from taskboard.stateful._session import ExampleStats
@@ -257,3 +257,25 @@ def test_watch_needs_a_positive_interval(seconds: str, redis_server_url: str) ->
     shown = show("any-name", redis_server_url, "--watch", seconds)
     assert shown.returncode == 2
     assert "--watch must be a positive number of seconds" in shown.stderr
+
+
+def test_ctrl_c_while_a_watch_reads_again_ends_it_with_the_shown_views_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C that lands while --watch reads the next view (not in its sleep) still ends the
+    watch with the shown view's exit code (1: it has a find); before any view is shown it is
+    an interruption."""
+    reads = iter([a_view()])
+
+    def read_once_then_ctrl_c(url: str, name: str) -> CampaignView:
+        view = next(reads, None)
+        if view is None:
+            raise KeyboardInterrupt
+        return view
+
+    monkeypatch.setattr(fleet_view, "read_campaign", read_once_then_ctrl_c)
+    monkeypatch.setattr(fleet_view.time, "sleep", lambda seconds: None)
+    assert fleet_view.show_campaign("nightly", "redis://unused/0", watch=0.5) == 1
+    assert "nightly" in capsys.readouterr().out
+    with pytest.raises(KeyboardInterrupt):
+        fleet_view.show_campaign("nightly", "redis://unused/0", watch=0.5)

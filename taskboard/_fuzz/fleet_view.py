@@ -44,20 +44,26 @@ def show_campaign(
         check_writable_file(html, "--html")
     if watch is not None and not 0 < watch < 86_400:
         raise UsageError(f"--watch must be a positive number of seconds, got {watch:g}")
-    while True:
-        view = read_campaign(url, name)
-        written = write_traces(view, Path(traces)) if traces is not None else []
-        if html is not None:
-            write_atomically(Path(html), campaign_html(view, url).encode())
-        text = render_campaign(view, url, written)
-        if watch is None:
-            print(text)
-            return 1 if view.finds else 0
-        print(("\033[H\033[2J" if sys.stdout.isatty() else "") + text, flush=True)
-        try:
+    shown: CampaignView | None = None
+    try:
+        while True:
+            view = read_campaign(url, name)
+            written = write_traces(view, Path(traces)) if traces is not None else []
+            if html is not None:
+                write_atomically(Path(html), campaign_html(view, url).encode())
+            text = render_campaign(view, url, written)
+            if watch is None:
+                print(text)
+                return 1 if view.finds else 0
+            print(("\033[H\033[2J" if sys.stdout.isatty() else "") + text, flush=True)
+            shown = view
             time.sleep(watch)
-        except KeyboardInterrupt:  # the way a watch ends
-            return 1 if view.finds else 0
+    except KeyboardInterrupt:
+        # Ctrl-C is the way a watch ends, whether it lands in the sleep or while the next
+        # view is read; only before the first view is shown is it an interruption.
+        if shown is None:
+            raise
+        return 1 if shown.finds else 0
 
 
 def write_traces(view: CampaignView, directory: Path) -> list[Path]:
