@@ -132,6 +132,27 @@ def test_the_test_case_has_no_explain_phase_and_reports_failures() -> None:
     assert case._taskboard_machine is MemoryMachine
 
 
+def test_the_parallel_mode_runs_without_the_explain_phase(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """run_parallel_state_machine drops the explain phase from settings that ask for it (as
+    Hypothesis's default profile does), so no explanation points at taskboard's own code."""
+    from taskboard.stateful import _parallel
+
+    applied: list[settings] = []
+
+    def recorded(chosen: settings) -> settings:
+        applied.append(reach.without_explain(chosen))
+        return applied[-1]
+
+    monkeypatch.setattr(_parallel, "without_explain", recorded)
+    every_phase = settings(max_examples=1, phases=tuple(Phase), database=None)
+    run_parallel_state_machine(MemoryMachine, settings=every_phase)
+    assert applied
+    assert Phase.explain not in applied[0].phases
+    assert Phase.shrink in applied[0].phases
+
+
 def test_a_seed_on_the_machine_class_is_carried_to_another_test() -> None:
     """carry_seed_and_reproduction applies @seed through the public decorator."""
 

@@ -28,7 +28,9 @@ from taskboard.model import (
     Outcome,
     format_duration,
     is_live,
+    readable_duration,
 )
+from taskboard.model._returns import check_until
 
 START = datetime(2000, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
@@ -825,6 +827,32 @@ def test_describe_texts() -> None:
 def test_format_duration(delta: timedelta, text: str) -> None:
     """format_duration renders exactly, in the largest whole unit."""
     assert format_duration(delta) == text
+
+
+@pytest.mark.parametrize(
+    ("delta", "text"),
+    [
+        (timedelta(0), "0s"),
+        (timedelta(microseconds=217), "217us"),
+        (timedelta(microseconds=-8624), "-8.624ms"),
+        (timedelta(seconds=1.5), "1.5 s"),
+        (timedelta(seconds=59, microseconds=1), "59.000001 s"),
+        (timedelta(minutes=2, seconds=3.5), "2 min 3.5 s"),
+        (timedelta(microseconds=28_799_997_364), "8 h 0 min"),
+        (timedelta(microseconds=-28_799_992_470), "-8 h 0 min"),
+        (timedelta(microseconds=29_285_911_525_989), "338 d 23 h"),
+    ],
+)
+def test_readable_duration(delta: timedelta, text: str) -> None:
+    """readable_duration shows a second or more in seconds, minutes, hours or days."""
+    assert readable_duration(delta) == text
+
+
+def test_an_until_hours_off_reads_in_hours() -> None:
+    """A returned until hours from now + ttl is reported as hours off, not microseconds."""
+    with pytest.raises(ContractViolation) as caught:
+        check_until(START + TTL - timedelta(hours=8), START, TTL, "SPEC 2", None, MS)
+    assert "off by -8 h 0 min" in caught.value.observed
 
 
 def test_call_str() -> None:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
 import pytest
+from hypothesis.stateful import run_state_machine_as_test
+
+from taskboard import Board, Clock, SystemClock, Task
+from taskboard.hosts.memory import MemoryBoard
+from taskboard.stateful import BoardMachine, ContractViolation
+from tests.test_machine import QUICK
 
 MACHINE = """
 from taskboard.hosts.mutants import RenewWithoutTokenCheck
@@ -48,3 +57,48 @@ def test_a_failure_shows_the_report_without_taskboards_frames(
         assert internal not in output, internal
     assert "Explanation:" not in output
     assert len([line for line in output.splitlines() if line.startswith(">")]) <= 2
+
+
+class _ShiftedClock:
+    """A clock ``shift`` away from another: a board's local time in another zone."""
+
+    def __init__(self, clock: Clock, shift: timedelta) -> None:
+        self.clock, self.shift = clock, shift
+
+    def now(self) -> datetime:
+        return self.clock.now() + self.shift
+
+
+def _first_violation(factory: Callable[[Sequence[Task], Clock], Board]) -> str:
+    machine = BoardMachine.for_board(factory)
+    with pytest.raises(ContractViolation) as caught:
+        run_state_machine_as_test(machine, settings=QUICK)
+    return str(caught.value)
+
+
+def test_an_until_hours_off_is_reported_in_hours_with_a_time_zone_hint() -> None:
+    """A board whose leases end 8 hours early reads as hours off, with a time-zone hint."""
+    report = _first_violation(
+        lambda tasks, clock: MemoryBoard(tasks, _ShiftedClock(clock, -timedelta(hours=8)))
+    )
+    assert "off by -8 h 0 min" in report
+    assert "hint      the lease ends 8 h from the board's now + ttl: a time zone?" in report
+    assert "until -8 h 0 min" in report  # the trace's lease, in hours too
+    assert "server's clock" not in report
+
+
+def test_a_board_on_real_time_under_the_manual_clock_is_told_to_try_wall() -> None:
+    """A board that reads real time (its server's clock) on the manual clock gets the hint
+    to try --clock wall or --clock virtual."""
+    report = _first_violation(lambda tasks, clock: MemoryBoard(tasks, SystemClock()))
+    assert "hint      is this board on its server's clock?" in report
+    assert "try `--clock wall` or `--clock virtual`" in report
+
+
+def test_an_until_a_little_off_gets_no_hint() -> None:
+    """An until off by less than a minute is a plain bug: no guess at a time zone or clock."""
+    report = _first_violation(
+        lambda tasks, clock: MemoryBoard(tasks, _ShiftedClock(clock, timedelta(seconds=5)))
+    )
+    assert "off by 5 s" in report
+    assert "hint " not in report

@@ -519,11 +519,14 @@ def test_claim_request_ttl_unit_reaches_the_board() -> None:
         (timedelta(microseconds=-1500), "-1.500ms"),
         (timedelta(microseconds=999), "999us"),
         (timedelta(milliseconds=5), "5ms"),
-        (timedelta(seconds=2, microseconds=7), "2000.007ms"),
+        (timedelta(milliseconds=999, microseconds=1), "999.001ms"),
+        (timedelta(seconds=2, microseconds=7), "2.000007 s"),
+        (timedelta(microseconds=-28_799_992_470), "-8 h 0 min"),
     ],
 )
 def test_trace_offsets_read_in_decimal_milliseconds(delta: timedelta, text: str) -> None:
-    """A trace shows a wall-clock offset of a millisecond or more in exact decimal ms."""
+    """A trace shows a wall-clock offset under a second in exact decimal ms, and a longer one
+    in seconds, minutes or hours."""
     assert format_offset(delta) == text
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import Phase, settings
+from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from taskboard._contract import Task
@@ -17,6 +17,7 @@ from taskboard._criteria import concurrent_claim, duplicate_token_submit
 from taskboard.boardtest._examples import SpecExamples
 from taskboard.boardtest._harness import ContractHarness, OpenBoard
 from taskboard.stateful import BoardMachine, run_parallel_state_machine
+from taskboard.stateful._hypothesis import without_explain
 from taskboard.stateful._reports import failures_reported
 from taskboard.stateful._settings import SETTINGS
 from taskboard.stateful._trace import NEMESIS_HOOKS
@@ -95,9 +96,8 @@ class BoardContract(SpecExamples):
         """SPEC 6: BoardMachine finds no divergence from the model (depth from the profile)."""
         machine = self._machine_class("Machine")
         chosen = self.machine_settings or settings()
-        phases = tuple(p for p in chosen.phases if p is not Phase.explain)
         with failures_reported(machine):
-            run_state_machine_as_test(machine, settings=settings(chosen, phases=phases))
+            run_state_machine_as_test(machine, settings=without_explain(chosen))
 
     def test_parallel_histories_are_linearizable(self) -> None:
         """SPEC 3 and 5: calls from several threads at once behave as some order of single calls."""

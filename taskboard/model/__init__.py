@@ -12,6 +12,7 @@ from taskboard.model._calls import (
     Window,
     describe_task,
     format_duration,
+    readable_duration,
 )
 from taskboard.model._linearizability import (
     LinearizabilityResult,
@@ -48,6 +49,7 @@ __all__ = [
     "describe_task",
     "format_duration",
     "is_live",
+    "readable_duration",
     "violations_in",
 ]
 

@@ -32,6 +32,7 @@ __all__ = [
     "describe_task",
     "format_duration",
     "is_infrastructure_fault",
+    "readable_duration",
 ]
 
 
@@ -63,6 +64,40 @@ def format_duration(delta: timedelta) -> str:
         if micros % size == 0:
             return f"{sign}{micros // size}{unit}"
     return f"{sign}{micros}us"
+
+
+def readable_duration(delta: timedelta) -> str:
+    """Render a duration for a reader: under a millisecond in microseconds (``217us``), under
+    a second in decimal milliseconds (``8.624ms``), then in seconds (``1.5 s``), minutes and
+    seconds (``2 min 3.5 s``), hours and minutes (``8 h 0 min``) or days and hours
+    (``338 d 23 h``), rounded, so that hours off read as hours, not ``28799997364us``."""
+    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    sign = "-" if micros < 0 else ""
+    micros = abs(micros)
+    if micros < 1_000_000:
+        text = format_duration(timedelta(microseconds=micros))
+        if text.endswith("us") and micros >= 1_000:
+            text = f"{micros // 1000}.{micros % 1000:03d}ms"
+        return sign + text if micros else text
+    if micros < 60_000_000:
+        return f"{sign}{_decimal(micros, 1_000_000)} s"
+    millis = round(micros / 1000)
+    if millis < 3_600_000:
+        minutes, rest = divmod(millis, 60_000)
+        return f"{sign}{minutes} min {_decimal(rest, 1000)} s"
+    minutes = round(micros / 60_000_000)
+    if minutes < 24 * 60:
+        return f"{sign}{minutes // 60} h {minutes % 60} min"
+    hours = round(micros / 3_600_000_000)
+    return f"{sign}{hours // 24} d {hours % 24} h"
+
+
+def _decimal(micros: int, unit: int) -> str:
+    """``micros`` in ``unit`` s, as a decimal with no trailing zeros: ``1.5``, ``12``."""
+    whole, rest = divmod(micros, unit)
+    digits = len(str(unit)) - 1
+    fraction = f"{rest:0{digits}d}".rstrip("0")
+    return f"{whole}.{fraction}" if fraction else str(whole)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,15 @@ from typing import Literal
 from taskboard._clock import as_utc
 from taskboard._contract import Lease, State, Task
 from taskboard._operations import BY_OP
-from taskboard.model._calls import Call, Op, Outcome, Window, describe_task, format_duration
+from taskboard.model._calls import (
+    Call,
+    Op,
+    Outcome,
+    Window,
+    describe_task,
+    format_duration,
+    readable_duration,
+)
 from taskboard.model._violation import ContractViolation
 
 __all__ = [
@@ -193,7 +201,7 @@ def check_until(
             f"until = the board's now + ttl = {expected.isoformat()} (SPEC 2), "
             f"to within the clock resolution {format_duration(resolution)}",
             f"returned until={as_utc(until).isoformat()}, "
-            f"off by {format_duration(as_utc(until) - expected)}",
+            f"off by {readable_duration(as_utc(until) - expected)}",
         )
     # A ttl off the resolution grid cannot be kept exactly: how the store rounds it, within
     # one resolution, is when the lease ends.
@@ -232,7 +240,7 @@ def check_until_in_window(
         raise ContractViolation(
             clause,
             expected,
-            f"returned until={got.isoformat()}, {format_duration(abs(off))} "
+            f"returned until={got.isoformat()}, {readable_duration(abs(off))} "
             + ("too early" if got < earliest else "too late"),
         )
     return got

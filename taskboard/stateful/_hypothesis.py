@@ -296,8 +296,7 @@ def state_machine_test_case(
         return case
     case_settings = getattr(case, "settings", None)
     if isinstance(case_settings, settings):
-        phases = tuple(p for p in case_settings.phases if p is not Phase.explain)
-        case.settings = settings(case_settings, phases=phases)
+        case.settings = without_explain(case_settings)
     run_test = case.runTest
 
     @functools.wraps(run_test)  # keeps Hypothesis's marks on it
@@ -308,6 +307,16 @@ def state_machine_test_case(
     case.runTest = runTest
     case._taskboard_settings = True
     return case
+
+
+def without_explain(chosen: settings) -> settings:
+    """``chosen`` without Hypothesis's explain phase, which every run of a machine leaves out.
+
+    The phase replays a failure many times to annotate it: on a state machine that costs
+    several times the search, and the lines it points at are taskboard's own (the model's
+    checks), not the board's. Hypothesis's ``default`` profile, which applies under pytest
+    when no profile is loaded, runs it."""
+    return settings(chosen, phases=tuple(p for p in chosen.phases if p is not Phase.explain))
 
 
 def seed_of(machine_cls: type) -> int | None:

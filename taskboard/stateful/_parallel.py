@@ -51,6 +51,7 @@ from taskboard.stateful._hypothesis import (
     database_key,
     in_final_replay,
     key_database_by,
+    without_explain,
 )
 from taskboard.stateful._reports import Report, failures_reported, record_failure
 from taskboard.stateful._session import (
@@ -172,7 +173,7 @@ def run_parallel_state_machine(
     test = given(programs(MachineConfig.of(machine_cls).nemesis))(run)
     test = carry_seed_and_reproduction(machine_cls, test)
     # An example is three whole runs with threads: no per-example deadline applies.
-    test = type_settings(settings or type_settings(), deadline=None)(test)
+    test = without_explain(type_settings(settings or type_settings(), deadline=None))(test)
     # One pool of worker processes for every program of the run (--processes).
     with failures_reported(machine_cls), worker_pool():
         test()

@@ -15,13 +15,14 @@ import sysconfig
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, NoReturn
 
 import hypothesis
 from hypothesis.errors import Flaky
 
+from taskboard._clock import as_utc
 from taskboard._contract import Task
 from taskboard._driver import CallTimeoutError
 from taskboard.model import ContractViolation, Step, Window, format_duration, violations_in
@@ -48,6 +49,7 @@ __all__ = [
     "host_traceback",
     "raise_report",
     "record_failure",
+    "time_hints",
     "unrepeated_failure",
     "violation_report",
 ]
@@ -292,8 +294,56 @@ def violation_report(
         f"  expected  {violation.expected}",
         f"  board     {violation.observed}",
     ]
+    lines += [f"  hint      {hint}" for hint in time_hints(run, step)]
     verdict = (violation.clause, violation.expected, violation.observed)
     return _finish(run, lines, steps, step, verdict, label)
+
+
+#: How far off a lease's ``until`` may be before a report guesses why: a lease off by less is
+#: a plain bug.
+_FAR_OFF = timedelta(minutes=1)
+#: How close an ``until`` must be to a whole number of hours off to be called a time zone's.
+_HOURS_SLACK = timedelta(minutes=1)
+#: How close to this machine's real time (plus the TTL) an ``until`` must be to look as if the
+#: board read its server's clock: within a day, so that a server in another time zone counts.
+_NEAR_REAL_TIME = timedelta(days=1)
+
+
+def time_hints(run: RunStart, step: Step | None) -> list[str]:
+    """Guesses at why the lease ``step`` returned ends far (a minute or more) from the board's
+    now + ttl: a whole number of hours off is a time zone; on the manual (or virtual) clock,
+    an ``until`` near this machine's real time is a board on its server's clock."""
+    if step is None or step.call is None or step.outcome is None or step.outcome.task is None:
+        return []
+    lease = step.outcome.task.lease
+    if lease is None or not isinstance(lease.until, datetime):
+        return []
+    until, ttl = as_utc(lease.until), step.call.ttl
+    reference = step.at if step.window is None else step.window.earliest
+    off = abs(until - (reference + ttl))
+    if off < _FAR_OFF:
+        return []
+    hints = []
+    hours = round(off / timedelta(hours=1))
+    if hours and abs(off - timedelta(hours=hours)) <= _HOURS_SLACK:
+        hints.append(
+            f"the lease ends {hours} h from the board's now + ttl: a time zone? A naive "
+            "datetime.now() (local time), or a timestamp column without time zone read in "
+            "another zone; the contract's times are UTC (SPEC 2)"
+        )
+    real_now = datetime.now(UTC)
+    if (
+        run.config.clock_mode != "wall"
+        and abs(until - ttl - real_now) <= _NEAR_REAL_TIME
+        and abs(reference - real_now) > _NEAR_REAL_TIME
+    ):
+        hints.append(
+            f"is this board on its server's clock? Its until is near this machine's real "
+            f"time, while the checker's {run.config.clock_mode} clock reads "
+            f"{reference.isoformat()}: try `--clock wall` or `--clock virtual` "
+            "(clock_mode on the machine; see docs/wall-clock.md)"
+        )
+    return hints
 
 
 def fault_report(

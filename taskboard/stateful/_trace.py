@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from taskboard._clock import as_utc
 from taskboard._operations import BY_OP
-from taskboard.model import Call, Outcome, format_duration
+from taskboard.model import Call, Outcome, format_duration, readable_duration
 
 __all__ = [
     "FORGERIES",
@@ -68,15 +68,11 @@ def resolve_token(ref: str, tokens_by_label: Mapping[str, str]) -> str:
 
 
 def format_offset(delta: timedelta) -> str:
-    """A duration as a trace shows it: exactly, as :func:`format_duration` does, but a
-    length of a millisecond or more that is not whole reads in decimal milliseconds
-    (``8.624ms``, not ``8624us``), as wall-clock times are."""
-    text = format_duration(delta)
-    if not text.endswith("us") or abs(delta) < timedelta(milliseconds=1):
-        return text
-    micros = abs(delta) // timedelta(microseconds=1)
-    sign = "-" if delta < timedelta(0) else ""
-    return f"{sign}{micros // 1000}.{micros % 1000:03d}ms"
+    """A duration as a trace shows it: exactly under a second, a length of a millisecond or
+    more in decimal milliseconds (``8.624ms``, not ``8624us``), as wall-clock times are; a
+    second or more in readable units (``1.5 s``, ``8 h 0 min``; see
+    :func:`~taskboard.model.readable_duration`)."""
+    return readable_duration(delta)
 
 
 def signed_offset(delta: timedelta) -> str:
