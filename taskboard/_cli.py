@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -37,10 +37,13 @@ from taskboard._fuzz import (
 from taskboard._fuzz import resolve_target as _resolve_target
 from taskboard._fuzz.fleet_view import show_campaign
 from taskboard._fuzz.junit import JUnitRun, check_junit_path, remove_old_junit, write_junit_xml
+from taskboard._fuzz.report import RunHeader
 from taskboard._fuzz.serving import process_server, serving
+from taskboard._fuzz.summary_json import summary_json, write_summary_json
 from taskboard._fuzz.targets import exec_target
 from taskboard._operations import OPERATIONS, OPTIONAL_OPERATIONS
 from taskboard._protocol.spares import end_spares
+from taskboard.model._model import EXPIRED_LEASE_POLICIES
 from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._replay import missing_nemesis, replay_trace
@@ -221,6 +224,14 @@ def _parser() -> argparse.ArgumentParser:
         "seconds; default: the machine's shortest_lease, none)",
     )
     fuzz_cmd.add_argument(
+        "--expired-lease-policy",
+        choices=EXPIRED_LEASE_POLICIES,
+        help="SPEC 3.4: what the board does with an expired lease's token that nobody took "
+        "over: 'accept' (renew, release, complete and fail still work), 'reject' "
+        "(LeaseLostError) or 'either' (default: the machine's expired_lease_policy; for "
+        "--exec, the one the command's hello declares, else either)",
+    )
+    fuzz_cmd.add_argument(
         "--nemesis",
         metavar="STEPS",
         help="which storage failures run as rare steps (SPEC 9): restart (the target's "
@@ -242,6 +253,18 @@ def _parser() -> argparse.ArgumentParser:
         help="publish this run's progress, SPEC transition coverage and finds (with their "
         "traces) to the --database redis:// URL under NAME, as every worker of the campaign "
         "does, on any machine; `taskboard campaign NAME` shows them (see docs/campaigns.md)",
+    )
+    fuzz_cmd.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the summary's figures as JSON for dashboards: the verdict, counts, "
+        "seed, every setting in force and where it came from, and the transition coverage "
+        "(written atomically when the run ends; the schema is in docs/cli.md)",
+    )
+    fuzz_cmd.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also list every transition and parallel call reached after the key transitions",
     )
     fuzz_cmd.add_argument("--quiet", action="store_true", help="no live progress line")
 
@@ -388,6 +411,8 @@ def _fuzz(args: argparse.Namespace) -> int:
         # after an 8-hour run, and an earlier run's file never stands for this run.
         check_junit_path(args.junit_xml)
         remove_old_junit(args.junit_xml)
+    if args.json is not None:
+        check_writable_file(args.json, "--json")
     if args.exec_command is not None and args.target is not None:
         raise UsageError("pass a target or --exec CMD, not both")
     target = args.target or DEFAULT_TARGET
@@ -411,43 +436,64 @@ def _fuzz(args: argparse.Namespace) -> int:
         clock_skew=args.clock_skew,
         client_clock_skew=args.client_clock_skew,
         shortest_lease=args.shortest_lease,
+        expired_lease_policy=args.expired_lease_policy,
         nemesis=args.nemesis,
         campaign=args.campaign,
         server=args.server,
     )
-    report = fuzz(
-        target,
-        options,
-        progress=None if args.quiet else sys.stderr,
-        on_start=lambda seed: print(
-            f"taskboard fuzz: {target}, budget {args.budget}, {crew}, seed {seed}"
-            + (", wall clock" if args.clock == "wall" else ""),
+
+    def header(seed: int, run: RunHeader) -> None:
+        clock = "" if run.clock_mode == "manual" else f", {run.clock_mode} clock"
+        print(
+            f"taskboard fuzz: {target}, budget {args.budget}, {crew}, seed {seed}{clock}",
+            "settings in force:",
+            *run.lines(),
+            sep="\n",
             file=sys.stderr,
-        ),
-    )
-    summary = _summary(report)
+        )
+
+    report = fuzz(target, options, progress=None if args.quiet else sys.stderr, on_start=header)
+    summary = _summary(report, verbose=args.verbose)
     if report.failure is not None:
         code = FAULT if report.fault else FOUND
     else:
         code = INTERRUPTED if report.interrupted else OK
-    written = None
-    if args.junit_xml is not None:  # first: a reader that goes away (exit 141) cannot stop it
-        run = JUnitRun(target, code, summary, args.budget, args.max_examples)
-        try:
-            write_junit_xml(args.junit_xml, report, run)
-        except OSError as exc:  # the verdict below still prints, and the exit code stands
-            written = f"JUnit XML NOT written to {args.junit_xml}: {exc}"
-        else:
-            written = f"JUnit XML written to {args.junit_xml}"
+    written = []
+    # First: a reader that goes away (exit 141) cannot stop them.
+    run = JUnitRun(target, code, summary, args.budget, args.max_examples)
+    if args.junit_xml is not None:
+        written.append(_written("JUnit XML", args.junit_xml, write_junit_xml, report, run))
+    if args.json is not None:
+        document = summary_json(report, run, _missing_keys(report))
+        written.append(_written("JSON summary", args.json, write_summary_json, document))
     print(summary)
-    if report.failure is not None:
-        print("\n" + report.failure)
-    if written is not None:
-        print(f"taskboard fuzz: {written}", file=sys.stderr)
+    for line in written:
+        print(f"taskboard fuzz: {line}", file=sys.stderr)
     return code
 
 
-def _summary(report: FuzzReport) -> str:
+def _written(what: str, path: str, write: Callable[..., None], *arguments: Any) -> str:
+    """Write ``what`` to ``path`` with ``write(path, *arguments)``; say whether it was written.
+    A file that cannot be written leaves the verdict and the exit code as they are."""
+    try:
+        write(path, *arguments)
+    except OSError as exc:
+        return f"{what} NOT written to {path}: {exc}"
+    return f"{what} written to {path}"
+
+
+def _summary(report: FuzzReport, *, verbose: bool = True) -> str:
+    """What ``taskboard fuzz`` prints: the verdict and the run's figures first, then the
+    failure's report, then the coverage (every transition's only when ``verbose``)."""
+    parts = [_verdict_lines(report)]
+    if report.failure is not None:
+        parts.append(report.failure)
+    parts.append(_coverage_lines(report, verbose=verbose))
+    return "\n\n".join(parts)
+
+
+def _verdict_lines(report: FuzzReport) -> str:
+    """The verdict, the counts, the seed, the settings and the races."""
     if report.failure is not None:
         verdict = (
             "STOPPED: an infrastructure fault, not a contract violation (below)"
@@ -485,10 +531,17 @@ def _summary(report: FuzzReport) -> str:
         )
     elif report.races:
         lines.append(f"races: {report.races}")
-    lines += [
-        "",
-        "transition coverage (task state, operation -> outcome: count):",
-    ]
+    return "\n".join(lines)
+
+
+def _coverage_lines(report: FuzzReport, *, verbose: bool) -> str:
+    """The key transitions reached, then (``verbose``) every transition and parallel call."""
+    lines = ["key transitions:"]
+    lines += _key_transitions(report)
+    if not verbose:
+        lines.append("  (--verbose also lists every transition and parallel call reached)")
+        return "\n".join(lines)
+    lines += ["", "transition coverage (task state, operation -> outcome: count):"]
     by_state: dict[str, list[tuple[str, str, int]]] = {}
     for (state, op, outcome), count in report.transitions.items():
         by_state.setdefault(state, []).append((op, outcome, count))
@@ -497,7 +550,41 @@ def _summary(report: FuzzReport) -> str:
         lines += [
             _coverage_row(op, outcome, count) for op, outcome, count in sorted(by_state[state])
         ]
-    lines += ["", "key transitions:"]
+    if report.concurrent_calls:
+        lines += ["", "parallel coverage (calls made by racing threads, operation -> outcome):"]
+        lines += [
+            _coverage_row(op, outcome, count)
+            for (op, outcome), count in sorted(report.concurrent_calls.items())
+        ]
+    return "\n".join(lines)
+
+
+def _key_transitions(report: FuzzReport) -> list[str]:
+    """The key transitions, each with its count (``!!``: never reached), and why some are
+    left out."""
+    keys, notes = _aimed_keys(report)
+    lines = []
+    for (state, op, outcome), meaning in keys:
+        count = _count(report.transitions, state, op, outcome)
+        mark = "  " if count else "!!"
+        lines.append(f"  {mark} {meaning:<36} {count:>8}   ({state}, {op} -> {outcome})")
+    lines += notes
+    missing = _missing_keys(report)
+    if missing:
+        lines.append(f"  {missing} key transition(s) never reached (!!): run longer")
+    return lines
+
+
+def _missing_keys(report: FuzzReport) -> int:
+    """How many of the key transitions the run aimed at it never reached."""
+    keys, _ = _aimed_keys(report)
+    return sum(1 for key, _ in keys if not _count(report.transitions, *key))
+
+
+def _aimed_keys(
+    report: FuzzReport,
+) -> tuple[tuple[tuple[tuple[str, str, str], str], ...], list[str]]:
+    """The key transitions the run could reach, and notes saying why the others are out."""
     keys: tuple[tuple[tuple[str, str, str], str], ...] = KEY_TRANSITIONS
     notes = []
     if report.clock_mode == "wall":
@@ -516,21 +603,7 @@ def _summary(report: FuzzReport) -> str:
             f"  (the board has no {'() and no '.join(lacking)}(): the transitions that need "
             f"{'them' if len(lacking) > 1 else 'it'} are left out)"
         )
-    for (state, op, outcome), meaning in keys:
-        count = _count(report.transitions, state, op, outcome)
-        mark = "  " if count else "!!"
-        lines.append(f"  {mark} {meaning:<36} {count:>8}   ({state}, {op} -> {outcome})")
-    lines += notes
-    missing = sum(1 for key, _ in keys if not _count(report.transitions, *key))
-    if missing:
-        lines.append(f"  {missing} key transition(s) never reached (!!): run longer")
-    if report.concurrent_calls:
-        lines += ["", "parallel coverage (calls made by racing threads, operation -> outcome):"]
-        lines += [
-            _coverage_row(op, outcome, count)
-            for (op, outcome), count in sorted(report.concurrent_calls.items())
-        ]
-    return "\n".join(lines)
+    return keys, notes
 
 
 def _lacking_operations(report: FuzzReport) -> list[str]:

@@ -3,7 +3,8 @@
     python tests/protocol_boards.py NAME [PATH]
 
 NAME is ``memory``, ``sqlite`` (a file board whose clients ``connect`` to PATH's file),
-``sqlite-split-claim`` (the same, with a claim that is atomic only inside one process), a
+``sqlite-split-claim`` (the same, with a claim that is atomic only inside one process),
+``memory-undeclared`` (MemoryBoard declaring no ``expired_lease_policy`` in hello), a
 mutant of the gallery, or a misbehaving child: ``exit`` (dies at start), ``silent`` (never
 answers), ``garbage`` (answers claims with a line that is not JSON).
 
@@ -183,6 +184,13 @@ def main(name: str) -> None:
                 return []
 
         serve(Blind, stdin=REQUESTS)
+        return
+    if name == "memory-undeclared":
+
+        class Undeclared(MemoryBoard):
+            expired_lease_policy = None  # says nothing of SPEC 3.4 in hello
+
+        serve(Undeclared, stdin=REQUESTS)
         return
     boards = {"memory": MemoryBoard, **{m.__name__: m for m in MUTANTS}}
     serve(boards[name], stdin=REQUESTS)

@@ -29,6 +29,7 @@ from taskboard.stateful import (
     load_trace,
     trace_to_json,
 )
+from taskboard.stateful._settings import SETTINGS
 
 #: Caught within a few hundred examples: a lease is still live at exactly its until.
 MUTANT = "taskboard.hosts.mutants:OffByOneExpiry"
@@ -146,7 +147,10 @@ def test_fuzz_finds_the_mutant_and_writes_its_trace(found: Found) -> None:
     assert trace.target == MUTANT
     assert trace.verdict is not None
     assert f"contract violation at step {trace.verdict.step}" in result.stdout
-    assert result.stderr.splitlines() == [f"taskboard fuzz: {MUTANT}, budget 30s, 1 worker, seed 1"]
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"taskboard fuzz: {MUTANT}, budget 30s, 1 worker, seed 1"
+    assert lines[1] == "settings in force:"
+    assert len(lines) == 2 + len(SETTINGS) + 1  # a line a setting, then Hypothesis's
 
 
 def test_replay_on_the_recorded_target_fails(found: Found) -> None:
@@ -213,10 +217,12 @@ def test_database_replays_the_failure_first(found: Found) -> None:
 
 
 def test_fuzz_default_target_reports_coverage(tmp_path: Path) -> None:
-    """fuzz with no target checks the SQLite host, exits 0 and prints the transition coverage."""
+    """fuzz with no target checks the SQLite host, exits 0 and prints the key transitions;
+    --verbose also the coverage of every transition."""
     result = taskboard(
-        tmp_path, "fuzz", "--max-examples", "20", "--seed", "1", "--quiet", "--trace-dir", "tr"
-    )
+        tmp_path, "fuzz", "--max-examples", "20", "--seed", "1", "--quiet", "--trace-dir", "tr",
+        "--verbose",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     line = summary(result)
     assert (line.group(1), line.group(3), line.group(4)) == ("20", "1", "no violation found")

@@ -31,6 +31,7 @@ from taskboard._protocol.codec import encode_task
 from taskboard.boardtest import BoardContract
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import RenewWithoutTokenCheck
+from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.model import ContractViolation
 from taskboard.protocol import ExecStartError, ProtocolError, end_spares, exec_board, serve
 from taskboard.stateful import BoardMachine
@@ -93,6 +94,39 @@ def test_for_command_takes_clients_nemesis_and_durability_from_hello() -> None:
     assert contract().has_clients
     assert not BoardContract.for_command(command("memory"))().has_clients
     assert contract.durable is True
+
+
+def test_for_command_takes_the_expired_lease_policy_from_hello() -> None:
+    """SPEC 3.4: a child's hello may declare its expired_lease_policy, which the machine then
+    checks; one given to for_command wins, and a child that declares none gets 'either'."""
+    assert BoardMachine.for_command(command("memory")).expired_lease_policy == "accept"
+    assert BoardMachine.for_command(command("sqlite")).expired_lease_policy == "reject"
+    undeclared = BoardMachine.for_command(command("memory-undeclared"))
+    assert undeclared.expired_lease_policy == "either"
+    chosen = BoardMachine.for_command(command("memory"), expired_lease_policy="reject")
+    assert chosen.expired_lease_policy == "reject"
+
+
+def test_serve_declares_the_boards_expired_lease_policy_in_hello() -> None:
+    """serve() answers hello with the board class's expired_lease_policy when it has one."""
+
+    class Undeclared(MemoryBoard):
+        expired_lease_policy = None  # type: ignore[assignment]
+
+    for board, declared in ((SQLiteBoard, "reject"), (MemoryBoard, "accept"), (Undeclared, None)):
+        written = io.BytesIO()
+        serve(board, stdin=io.BytesIO(b'{"id": 1, "op": "hello", "protocol": 1}\n'), stdout=written)
+        assert json.loads(written.getvalue()).get("expired_lease_policy") == declared
+
+
+def test_a_hello_with_an_unknown_expired_lease_policy_is_a_protocol_error() -> None:
+    """A policy in hello other than either, accept or reject is refused, naming the field."""
+    answer = {"protocol": 1, "name": "x", "ops": [], "durable": True}
+    with pytest.raises(ProtocolError, match="expired_lease_policy"):
+        _spares.Hello({**answer, "expired_lease_policy": "sometimes"})
+    assert _spares.Hello({**answer, "expired_lease_policy": "reject"}).expired_lease_policy == (
+        "reject"
+    )
 
 
 def test_for_command_of_a_child_that_exits_is_exec_start_error() -> None:

@@ -64,6 +64,7 @@ FUZZ_EXAMPLES: dict[str, tuple[Any, object]] = {
     "parallel_processes": (True, True),
     "nemesis": ("drop", ("drop",)),
     "trace_dir": ("some/traces", "some/traces"),
+    "expired_lease_policy": ("reject", "reject"),
 }
 
 

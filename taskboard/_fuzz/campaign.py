@@ -14,7 +14,13 @@ from typing import Any, TextIO
 
 from taskboard._fuzz.options import FuzzOptions, open_database
 from taskboard._fuzz.progress import Progress
-from taskboard._fuzz.report import FuzzReport, races_of, settings_in_force
+from taskboard._fuzz.report import (
+    FuzzReport,
+    RunHeader,
+    races_of,
+    settings_in_force,
+    settings_of_run,
+)
 from taskboard._fuzz.run import Run
 from taskboard._fuzz.serving import serving
 from taskboard._fuzz.targets import DEFAULT_TARGET, Target, probe_board
@@ -52,7 +58,7 @@ def fuzz(
     options: FuzzOptions | None = None,
     *,
     progress: TextIO | None = sys.stderr,
-    on_start: Callable[[int], None] | None = None,
+    on_start: Callable[[int, RunHeader], None] | None = None,
     **changes: Any,
 ) -> FuzzReport:
     """Fuzz ``target`` until the budget (seconds) or ``max_examples`` runs out, or a failure.
@@ -69,9 +75,11 @@ def fuzz(
     (``@settings(stateful_step_count=...)``, a contract's ``machine_settings``) apply, but
     for the example count, the database and derandomizing; ``report.settings`` says which
     were in force. ``seed`` repeats a run (one is drawn when it is ``None``; ``report.seed``
-    says which). ``on_start`` is called with the seed once the options have been checked,
-    before anything runs. Ctrl-C (``KeyboardInterrupt``) stops the run at its next step,
-    every worker with it, and returns what it reached with ``report.interrupted`` set.
+    says which). ``on_start`` is called with the seed and the settings in force, each with
+    where it came from (a :class:`~taskboard._fuzz.report.RunHeader`), once the options have
+    been checked, before anything runs. Ctrl-C (``KeyboardInterrupt``) stops
+    the run at its next step, every worker with it, and returns what it reached with
+    ``report.interrupted`` set.
 
     Raises:
         UsageError: a bad target, database or option.
@@ -90,8 +98,12 @@ def fuzz(
         if options.workers == 1:
             probe_board(planned, target, pickles=options.processes)
         seed = random.randrange(2**32) if options.seed is None else options.seed
+        header = RunHeader(
+            settings_of_run(resolved, options),
+            settings_in_force(resolved, options.settings(resolved, None)),
+        )
         if on_start is not None:  # after the options are known good: a mistake stays one line
-            on_start(seed)
+            on_start(seed, header)
         config = MachineConfig.of(planned)
         started = time.monotonic()
         meter = Progress(progress, started, options.budget)
@@ -120,7 +132,8 @@ def fuzz(
     report.mode = options.mode
     report.seed = seed
     report.clock_mode = config.clock_mode
-    report.settings = settings_in_force(resolved, options.settings(resolved, None))
+    report.settings = header.hypothesis
+    report.in_force = header.rows
     report.races = races_of(config, options.mode)
     meter.close(
         report.examples, report.parallel_programs, report.steps, int(report.failure is not None)

@@ -28,6 +28,7 @@ __all__ = [
     "check_junit_path",
     "junit_xml",
     "remove_old_junit",
+    "verdict_of",
     "write_junit_xml",
 ]
 
@@ -143,7 +144,9 @@ def write_junit_xml(path: str, report: FuzzReport, run: JUnitRun) -> None:
     write_atomically(Path(path), junit_xml(report, run))
 
 
-def _verdict(report: FuzzReport) -> str:
+def verdict_of(report: FuzzReport) -> str:
+    """The run's verdict in one word: ``pass``, ``violation``, ``failure`` (the run stopped on
+    an error of the board's hooks), ``fault`` or ``interrupted``."""
     if report.failure is not None:
         if report.fault:
             return "fault"
@@ -154,7 +157,7 @@ def _verdict(report: FuzzReport) -> str:
 def _properties(report: FuzzReport, run: JUnitRun) -> list[tuple[str, str]]:
     rows = [
         ("target", run.target),
-        ("verdict", _verdict(report)),
+        ("verdict", verdict_of(report)),
         ("exit_code", str(run.exit_code)),
         ("examples", str(report.examples)),
         ("parallel_programs", str(report.parallel_programs)),

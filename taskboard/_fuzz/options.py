@@ -20,6 +20,7 @@ from taskboard._fuzz.fleet import check_campaign, redis_client
 from taskboard._fuzz.serving import process_server
 from taskboard._fuzz.targets import Target, UsageError
 from taskboard._profiles import NIGHTLY
+from taskboard.model._model import EXPIRED_LEASE_POLICIES
 from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._config import COARSE_STEP_COUNT, MachineConfig
 from taskboard.stateful._hypothesis import changed_settings
@@ -81,6 +82,9 @@ class FuzzOptions:
     client_clock_skew: float | None = None
     #: The shortest lease the store honours, in milliseconds; ``None`` keeps the machine's.
     shortest_lease: float | None = None
+    #: SPEC 3.4: ``"either"``, ``"accept"`` or ``"reject"``; ``None`` keeps the machine's
+    #: ``expired_lease_policy`` (for ``--exec``, what the command's ``hello`` declared).
+    expired_lease_policy: str | None = None
     #: SPEC 8: each thread of a parallel program in an OS process of its own.
     processes: bool = False
     #: SPEC 9: ``"restart,drop"``, ``"restart"``, ``"drop"`` or ``"none"``; ``None``: every
@@ -120,6 +124,14 @@ class FuzzOptions:
         ):
             raise UsageError(
                 f"--call-timeout must be a number of seconds >= 0, got {self.call_timeout}"
+            )
+        if (
+            self.expired_lease_policy is not None
+            and self.expired_lease_policy not in EXPIRED_LEASE_POLICIES
+        ):
+            raise UsageError(
+                "--expired-lease-policy must be 'either', 'accept' or 'reject', got "
+                f"{self.expired_lease_policy!r}"
             )
         if self.clock is not None and self.clock not in CLOCK_MODES:
             raise UsageError(f"--clock must be 'manual', 'virtual' or 'wall', got {self.clock!r}")

@@ -4,16 +4,29 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
 
 from hypothesis import settings
 
-from taskboard._fuzz.options import machine_settings
+from taskboard._fuzz.options import FuzzOptions, machine_settings
 from taskboard._fuzz.targets import Target
+from taskboard.model import format_duration
 from taskboard.stateful._config import MachineConfig
+from taskboard.stateful._fields import micros
+from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._parallel import RUNS_PER_PROGRAM
 from taskboard.stateful._session import ExampleStats
+from taskboard.stateful._settings import SETTINGS, checked_settings
 
-__all__ = ["FuzzReport", "races_of", "settings_in_force"]
+__all__ = [
+    "FuzzReport",
+    "RunHeader",
+    "SettingInForce",
+    "races_of",
+    "settings_in_force",
+    "settings_of_run",
+]
 
 
 @dataclass
@@ -55,6 +68,8 @@ class FuzzReport:
     settings: str = ""
     #: How the threads of parallel programs called the board (see :func:`races_of`).
     races: str = ""
+    #: Every setting of the machine the run checked, with where it came from.
+    in_force: tuple[SettingInForce, ...] = ()
 
     @property
     def parallel_programs(self) -> int:
@@ -112,6 +127,86 @@ def settings_in_force(target: Target, chosen: settings) -> str:
         given = ", ".join(f"{name}={value!r}" for name, value in sorted(taken.items()))
         words += f"; from the machine's own settings: {given}"
     return words
+
+
+@dataclass(frozen=True)
+class SettingInForce:
+    """A setting of the machine a run checks, as the run's header shows it."""
+
+    #: The class attribute: ``clock_mode``.
+    name: str
+    #: Its value as the header shows it: ``'wall'``, ``1ms``, ``None``.
+    value: str
+    #: Where the value came from: the ``taskboard fuzz`` option (``--clock``), the class or
+    #: board factory that set it (``set on MyMachine``), or ``default``.
+    source: str
+    #: Its value as JSON: a duration in microseconds, exception classes by name.
+    json: object = None
+
+
+def settings_of_run(target: Target, options: FuzzOptions) -> tuple[SettingInForce, ...]:
+    """Every setting of the machine a run of ``target`` with ``options`` checks, in the order
+    of :data:`~taskboard.stateful._settings.SETTINGS`, with where its value came from."""
+    flagged = options.machine_attributes(target)
+    values = checked_settings(options.machine(target))
+    rows = []
+    for setting in SETTINGS:
+        if setting.name in flagged and setting.fuzz is not None:
+            source = setting.fuzz.flag
+        else:
+            source = _where_set(target.machine, setting.name)
+        value = values[setting.name]
+        rows.append(SettingInForce(setting.name, _setting_text(value), source, _as_json(value)))
+    return tuple(rows)
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    """What a run is about to check with: every setting in force (``rows``) and the
+    Hypothesis settings in words (:func:`settings_in_force`)."""
+
+    rows: tuple[SettingInForce, ...]
+    hypothesis: str
+
+    @property
+    def clock_mode(self) -> str:
+        """The clock the run judges time on: ``manual``, ``virtual`` or ``wall``."""
+        return str(next(row.json for row in self.rows if row.name == "clock_mode"))
+
+    def lines(self) -> list[str]:
+        """One line a setting, its value and where it came from; then Hypothesis's."""
+        name_width = max(len(row.name) for row in self.rows)
+        value_width = max(len(row.value) for row in self.rows)
+        lines = [
+            f"  {row.name:<{name_width}}  {row.value:<{value_width}}  ({row.source})"
+            for row in self.rows
+        ]
+        return [*lines, f"  hypothesis: {self.hypothesis}"]
+
+
+def _where_set(machine: type, name: str) -> str:
+    """Which class of ``machine`` set the attribute ``name``: ``default`` for BoardMachine."""
+    owner = next((cls for cls in machine.__mro__ if name in vars(cls)), BoardMachine)
+    return "default" if owner is BoardMachine else f"set on {owner.__qualname__}"
+
+
+def _setting_text(value: Any) -> str:
+    """A setting's value as the header shows it: ``1ms``, ``'wall'``, ``None``."""
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, tuple):
+        names = (getattr(item, "__qualname__", repr(item)) for item in value)
+        return "(" + ", ".join(names) + ")"
+    return repr(value)
+
+
+def _as_json(value: Any) -> object:
+    """A setting's value as JSON: durations in microseconds, classes by name."""
+    if isinstance(value, timedelta):
+        return micros(value)
+    if isinstance(value, tuple):
+        return [getattr(item, "__qualname__", item) for item in value]
+    return value
 
 
 def races_of(config: MachineConfig, mode: str) -> str:

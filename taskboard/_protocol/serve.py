@@ -80,12 +80,17 @@ class _Server:
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request["op"]
         if op == "hello":
-            return {
+            hello: dict[str, Any] = {
                 "protocol": PROTOCOL_VERSION,
                 "name": "python",
                 "ops": self.ops(),
                 "durable": True,
             }
+            # SPEC 3.4, as BoardMachine.for_board reads it from a board factory.
+            policy = getattr(self.shape or self.make_board, "expired_lease_policy", None)
+            if policy is not None:
+                hello["expired_lease_policy"] = policy
+            return hello
         if op == "init":
             if request["clock"] == "manual":
                 self._hear(request["now"])

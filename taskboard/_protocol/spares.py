@@ -21,6 +21,7 @@ from concurrent.futures import Future
 from taskboard._operations import OPTIONAL_OPERATIONS
 from taskboard._protocol.child import EXIT_GRACE, Child, await_exits
 from taskboard._protocol.codec import PROTOCOL_VERSION, ProtocolError
+from taskboard.model._model import EXPIRED_LEASE_POLICIES
 
 __all__ = ["ExecStartError", "Hello", "end_spares", "hello_of", "start_child", "take_child"]
 
@@ -42,7 +43,8 @@ class ExecStartError(Exception):
 
 
 class Hello:
-    """What a child said of itself in ``hello``: its name, optional ops and durability."""
+    """What a child said of itself in ``hello``: its name, optional ops, durability and (when
+    it says) its expired-lease policy."""
 
     def __init__(self, answer: dict[str, object]) -> None:
         """Raises:
@@ -57,9 +59,17 @@ class Hello:
             raise ProtocolError("hello", f"unknown ops {unknown}; known: {sorted(OPTIONAL_OPS)}")
         if not isinstance(name, str) or not isinstance(durable, bool):
             raise ProtocolError("hello", "'name' is a string and 'durable' true or false")
+        policy = answer.get("expired_lease_policy")
+        if policy is not None and policy not in EXPIRED_LEASE_POLICIES:
+            raise ProtocolError(
+                "hello",
+                f"'expired_lease_policy' is 'either', 'accept' or 'reject', got {policy!r}",
+            )
         self.name = name
         self.ops = frozenset(ops)
         self.durable = durable
+        #: SPEC 3.4: the policy the board keeps, when it says (``None``: it does not).
+        self.expired_lease_policy: str | None = policy
 
 
 def start_child(

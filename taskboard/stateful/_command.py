@@ -3,7 +3,8 @@
 
 The command is started once to hear its ``hello``; the machine then starts a process per
 board (``init``), one per client (``connect``) when it declared ``connect``, and runs the
-nemesis steps it declared. Its ``durable`` is the machine's.
+nemesis steps it declared. Its ``durable``, and its ``expired_lease_policy`` when it declares
+one, are the machine's (``attributes`` given to the machine win over them).
 """
 
 from __future__ import annotations
@@ -48,10 +49,13 @@ def exec_machine(
     for op in ("restart_storage", "drop_connections"):
         if op in hello.ops:
             hooks[op] = lambda board, op=op: getattr(board, op)()
+    declared: dict[str, Any] = {"durable": hello.durable, "trace_target": ""}
+    if hello.expired_lease_policy is not None:
+        declared["expired_lease_policy"] = hello.expired_lease_policy
     machine = base.for_board(
         make_board,
         close=lambda board: board.close(),
-        **{"durable": hello.durable, "trace_target": "", **attributes},
+        **{**declared, **attributes},
         **hooks,
     )
     name = " ".join(argv)

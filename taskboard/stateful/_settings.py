@@ -329,6 +329,7 @@ SETTINGS: tuple[Setting, ...] = (
             optional=False,
         ),
         replay="board",
+        fuzz=FuzzFlag("expired_lease_policy", str),
     ),
     Setting(
         "call_timeout",
