@@ -182,3 +182,56 @@ def test_close_board_runs_for_every_board_a_test_made(pytester: pytest.Pytester)
     result.assert_outcomes(
         passed=len([n for n in dir(BoardContract) if n.startswith("test_")]) - 3 + 1
     )
+
+
+def test_an_example_test_fails_with_its_clause_what_it_expected_and_what_the_board_did(
+    pytester: pytest.Pytester,
+) -> None:
+    """A board that breaks an example fails it with the test's SPEC clause, what was
+    expected and what the board did: no bare DID NOT RAISE, no bare contract error."""
+    pytester.makepyfile(
+        """
+        from taskboard.boardtest import BoardContract
+        from taskboard.hosts.mutants import OffByOneExpiry
+
+        class TestIt(BoardContract):
+            def make_board(self, tasks, clock):
+                return OffByOneExpiry(tasks, clock)
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-k", "renew_at_exactly_until or claim_at_exactly_until"
+    )
+    result.assert_outcomes(failed=2)
+    output = result.stdout.str()
+    assert "DID NOT RAISE" not in output
+    assert "SPEC 3.5: renew never revives a lease; at exactly until it has expired." in output
+    assert "expected  LeaseLostError, and the board unchanged (SPEC 3)" in output
+    assert "board     returned 't1' claimed, owner='a1'" in output
+    assert "SPEC 2 and 3.1: at exactly until the lease has expired, and a claim takes over." in (
+        output
+    )
+    assert "board     raised TakenError" in output
+
+
+def test_a_failed_assertion_in_an_example_shows_the_values(pytester: pytest.Pytester) -> None:
+    """An example's own assertion fails with its clause and the values compared (the suite's
+    asserts are rewritten as a test module's are)."""
+    pytester.makepyfile(
+        """
+        from taskboard.boardtest import BoardContract
+        from taskboard.hosts.mutants import SeqNotBumpedOnRenew
+
+        class TestIt(BoardContract):
+            def make_board(self, tasks, clock):
+                return SeqNotBumpedOnRenew(tasks, clock)
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-k", "renew_recomputes_until_from_the_board_clock"
+    )
+    result.assert_outcomes(failed=1)
+    output = result.stdout.str()
+    assert "SPEC 3.5: renew sets until = now + ttl" in output
+    assert "expected  what the clause says" in output
+    assert "board     assert " in output  # the rewritten assertion, with its values

@@ -7,8 +7,13 @@ state machine and the criteria, which explore, are BoardContract's own
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
+from typing import Any
+
+import pytest
 
 from taskboard._clock import ManualClock, as_utc
 from taskboard._contract import ClaimRequest, FailingBoard, State, Task
@@ -19,11 +24,55 @@ from taskboard._errors import (
     TakenError,
     TerminalError,
 )
-from taskboard.boardtest._harness import ContractHarness, OpenBoard
+from taskboard.boardtest._harness import ContractHarness, ExampleMismatch, OpenBoard
+from taskboard.model import CONTRACT_ERRORS
 
-__all__ = ["SpecExamples"]
+__all__ = ["SpecExamples", "reporting_clauses"]
+
+#: The exceptions a board raises as contract outcomes: one an example did not expect is the
+#: board's answer, not a crash of the test.
+_OUTCOMES = tuple(CONTRACT_ERRORS.values())
 
 
+def example_failure(clause: str, expected: str, did: str) -> str:
+    """An example test's failure as it reads: its clause, what it expected, what the board did."""
+    return f"{clause}\n  expected  {expected}\n  board     {did}"
+
+
+def _reported(test: Callable[..., None]) -> Callable[..., None]:
+    """``test``, failing with its docstring's clause, what it expected and what the board did,
+    where it would fail with a bare ``DID NOT RAISE`` or ``AssertionError``."""
+    clause = " ".join((test.__doc__ or test.__name__).split())
+
+    @functools.wraps(test)  # pytest reads the fixtures the test asks for through it
+    def run(self: Any, *args: Any, **kwargs: Any) -> None:
+        __tracebackhide__ = True
+        try:
+            test(self, *args, **kwargs)
+        except ExampleMismatch as mismatch:
+            pytest.fail(example_failure(clause, mismatch.expected, mismatch.did))
+        except AssertionError as exc:
+            detail = str(exc).strip() or "did otherwise (see the assertion above)"
+            pytest.fail(example_failure(clause, "what the clause says", detail))
+        except _OUTCOMES as exc:
+            pytest.fail(
+                example_failure(
+                    clause, "the call to succeed", f"raised {type(exc).__name__}: {exc}"
+                )
+            )
+
+    return run
+
+
+def reporting_clauses(cls: type) -> type:
+    """``cls`` with each of its ``test_`` methods failing as :func:`_reported` says."""
+    for name, test in list(vars(cls).items()):
+        if name.startswith("test_") and callable(test):
+            setattr(cls, name, _reported(test))
+    return cls
+
+
+@reporting_clauses
 class SpecExamples(ContractHarness):
     """The per-clause example tests of :class:`~taskboard.boardtest.BoardContract`."""
 

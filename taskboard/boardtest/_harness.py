@@ -20,14 +20,20 @@ from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard
 from taskboard._driver import Driver, _Driven, close_driven, driven, make_driven
 from taskboard._protocol.board import exec_board, split_command
 from taskboard._protocol.spares import hello_of
-from taskboard.model import ExpiredLeasePolicy
+from taskboard.model import ExpiredLeasePolicy, describe_task
 from taskboard.stateful._config import wall_ttl_unit
 from taskboard.stateful._generation import grid_start
 from taskboard.stateful._machine import close_own
 from taskboard.stateful._session import sleep_until
 from taskboard.stateful._settings import default
 
-__all__ = ["WALL_LONGEST_SLEEP", "WALL_TICK_UNITS", "ContractHarness", "OpenBoard"]
+__all__ = [
+    "WALL_LONGEST_SLEEP",
+    "WALL_TICK_UNITS",
+    "ContractHarness",
+    "ExampleMismatch",
+    "OpenBoard",
+]
 
 OpenBoard = Callable[..., Board]
 
@@ -310,8 +316,46 @@ class ContractHarness:
     def assert_rejected_unchanged(
         self, board: Board, error: type[Exception], action: Callable[[], object]
     ) -> None:
-        """``action`` raises ``error`` and the snapshot, seq included, stays as it was (SPEC 3)."""
+        """``action`` raises ``error`` and the snapshot, seq included, stays as it was (SPEC 3).
+
+        Raises:
+            ExampleMismatch: it returned, raised something else, or changed the board; the
+                error says what was expected and what the board did.
+        """
+        expected = f"{error.__name__}, and the board unchanged (SPEC 3)"
         before = self.snapshot(board)
-        with pytest.raises(error):
-            action()
-        assert self.snapshot(board) == before, "a rejected operation changed the board (SPEC 3)"
+        try:
+            result = action()
+        except error:
+            pass
+        except Exception as exc:
+            raise ExampleMismatch(expected, f"raised {type(exc).__name__}: {exc}") from exc
+        else:
+            raise ExampleMismatch(expected, f"returned {_shown(result)}")
+        after = self.snapshot(board)
+        changed = [
+            f"{describe_task(after[key])} (was {describe_task(was)})"
+            for key, was in before.items()
+            if key in after and after[key] != was
+        ]
+        if changed or after.keys() != before.keys():
+            raise ExampleMismatch(
+                expected, f"raised {error.__name__}, but changed the board: " + "; ".join(changed)
+            )
+
+
+class ExampleMismatch(AssertionError):
+    """What an example test expected of the board, and what the board did instead: its
+    failure names the test's SPEC clause with both (see
+    :func:`taskboard.boardtest._examples.reporting_clauses`)."""
+
+    def __init__(self, expected: str, did: str) -> None:
+        super().__init__(f"expected {expected}; the board {did}")
+        self.expected, self.did = expected, did
+
+
+def _shown(result: object) -> str:
+    """What an operation returned, as a failure shows it."""
+    if isinstance(result, Task):
+        return describe_task(result)
+    return "without an error" if result is None else repr(result)
