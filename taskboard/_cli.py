@@ -211,8 +211,9 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         metavar="MS",
         help="in wall mode, how far apart the clocks of the hosts your clients run on may be, "
-        "in milliseconds: each call's time.time() is shifted by its client's offset, so a "
-        "library that judges expiry on the client is caught (default: the machine's "
+        "in milliseconds: each call's time.time() and datetime.now() (with time-machine, "
+        "the [virtual] extra) are shifted by its client's offset, so a library that judges "
+        "expiry on the client is caught (default: the machine's "
         "client_clock_skew, none)",
     )
     fuzz_cmd.add_argument(

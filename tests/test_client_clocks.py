@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as datetime_module
 import json
 import sys
 import threading
@@ -18,7 +19,12 @@ from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import ExpiryOnClientClock
 from taskboard.model import ContractViolation
 from taskboard.stateful import BoardMachine
-from taskboard.stateful._client_clocks import client_offset, shifted_time
+from taskboard.stateful._client_clocks import (
+    client_offset,
+    covers_datetime,
+    machine_clock,
+    shifted_time,
+)
 from taskboard.stateful._config import MachineConfig
 from taskboard.strategies import AGENTS
 
@@ -153,3 +159,52 @@ def test_a_bad_client_clock_skew_is_a_usage_error(
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+def test_a_shift_reaches_datetime_now_and_utcnow_in_this_thread_only() -> None:
+    """With time-machine, a client's shift reaches datetime.now() and utcnow(), also through
+    `from datetime import datetime`, in the shifted thread only; the board's own clock
+    (machine_clock) reads the real time inside the block."""
+    from datetime import datetime as imported_datetime
+
+    assert covers_datetime()
+    board_clock = machine_clock(SKEW)
+    elsewhere: list[datetime_module.datetime] = []
+    with shifted_time(timedelta(hours=8)):
+        local = imported_datetime.now()
+        utc = datetime_module.datetime.utcnow()
+        aware = datetime_module.datetime.now(datetime_module.UTC)
+        real = board_clock.now()
+        other = threading.Thread(target=lambda: elsewhere.append(imported_datetime.now()))
+        other.start()
+        other.join()
+    after = imported_datetime.now()
+    hours = timedelta(hours=8)
+    assert abs(local - after - hours) < timedelta(seconds=5)
+    assert abs(utc - datetime_module.datetime.utcnow() - hours) < timedelta(seconds=5)
+    assert abs(aware - real - hours) < timedelta(seconds=5)
+    assert abs(elsewhere[0] - after) < timedelta(seconds=5)
+    assert abs(real - datetime_module.datetime.now(datetime_module.UTC)) < timedelta(seconds=5)
+
+
+def test_a_library_on_naive_datetime_now_is_caught_with_skewed_clients() -> None:
+    """A board that stamps leases with the caller's datetime.now() (a library on the client)
+    is caught by client_clock_skew, as one on time.time() is."""
+    with pytest.raises(ContractViolation) as caught:
+        run_state_machine_as_test(
+            BoardMachine.for_board(
+                lambda tasks, clock: MemoryBoard(tasks, _NaiveNowClock()),
+                clock_mode="wall",
+                client_clock_skew=SKEW,
+                trace_target="",
+            ),
+            settings=WALL,
+        )
+    assert "time.time() of each agent's client shifted" in str(caught.value)
+
+
+class _NaiveNowClock:
+    """What a library that stamps leases with naive ``datetime.now()`` reads (in UTC here)."""
+
+    def now(self) -> datetime_module.datetime:
+        return datetime_module.datetime.now().replace(tzinfo=datetime_module.UTC)

@@ -11,9 +11,16 @@ A board that keeps time on its server (Redis ``PX``, SQL ``now()``) or reads the
 The shift is an interceptor on the call path of a run that declares a skew (see
 :mod:`taskboard._callpath`): every call the run makes, in its steps, its racing threads and its
 worker processes, goes through it. The shift is per thread, so the threads of a parallel program
-each keep their own client's clock. It reaches code that looks ``time.time`` up when it calls it
-(``import time``), not a ``from time import time`` bound earlier, nor ``datetime.now()`` or
-``time.monotonic()``.
+each keep their own client's clock.
+
+With time-machine installed (``taskboard-contract[virtual]``, which the virtual clock uses
+too, :mod:`taskboard._virtual._process_time`), the shift reaches ``datetime.now()`` and
+``datetime.utcnow()`` as well, and code that did ``from datetime import datetime`` or
+``from time import time``: time-machine patches them at the C level, and the traveller this
+module starts reads each thread's own offset. Without it, only ``time.time()`` and
+``time.time_ns()`` looked up on the module (``import time``) are shifted. ``time.monotonic()``
+never is. The board's own clock (:func:`machine_clock`, the ``SystemClock`` a wall-clock run
+gives it) reads the unshifted time.
 """
 
 from __future__ import annotations
@@ -23,9 +30,12 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+from typing import Any
 
 from taskboard._callpath import Interceptor
+from taskboard._clock import Clock, SystemClock
 from taskboard.model import BoardModel, Call, Op
 from taskboard.stateful._generation import AGENTS
 from taskboard.stateful._trace import signed_offset
@@ -35,8 +45,10 @@ __all__ = [
     "client_clock_interceptors",
     "client_clocks",
     "client_offset",
+    "covers_datetime",
     "holders_of",
     "lease_holder",
+    "machine_clock",
     "shifted_time",
 ]
 
@@ -49,6 +61,49 @@ _real_time_ns = time.time_ns
 _shift = threading.local()
 _guard = threading.Lock()
 _active = 0
+
+_time_machine: ModuleType | None
+try:
+    import time_machine as _time_machine
+except ImportError:  # pragma: no cover - the extra is installed where the suite runs
+    _time_machine = None
+#: While any thread is shifted: the time-machine journey whose traveller reads each thread's
+#: offset (``None`` without time-machine).
+_journey: Any = None
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def covers_datetime() -> bool:
+    """True when a client's shift reaches ``datetime.now()``/``utcnow()`` and ``from``-imported
+    functions too (time-machine is installed, and its traveller reads the time as this module
+    expects)."""
+    return _time_machine is not None and callable(getattr(_time_machine, "Traveller", None))
+
+
+def _real_now_ns() -> int:
+    """The real time, whatever time-machine is doing (its escape hatch)."""
+    assert _time_machine is not None
+    hatch = _time_machine.escape_hatch
+    return int(hatch.time.time_ns() if hatch.is_travelling() else _real_time_ns())
+
+
+def _thread_time_ns() -> int:
+    """What a shifted thread reads as the time: the real time plus its client's offset."""
+    return _real_now_ns() + getattr(_shift, "nanos", 0)
+
+
+class _MachineClock(SystemClock):
+    """The wall clock the machine and the board it gave it read: the real time, never a
+    client's shifted one (time-machine's escape hatch)."""
+
+    def now(self) -> datetime:
+        return _EPOCH + timedelta(microseconds=_real_now_ns() // 1000)
+
+
+def machine_clock(skew: timedelta) -> Clock:
+    """The wall clock a run with client clocks ``skew`` apart gives its board: one that the
+    clients' shifts do not reach."""
+    return _MachineClock() if skew and covers_datetime() else SystemClock()
 
 
 def client_offset(agent: str | None, agents: tuple[str, ...], skew: timedelta) -> timedelta:
@@ -122,16 +177,24 @@ def _shifted_time_ns() -> int:
 
 @contextmanager
 def shifted_time(offset: timedelta) -> Iterator[None]:
-    """Within the block, this thread's ``time.time()`` and ``time.time_ns()`` read ``offset``
-    away from the real clock; ``time`` is itself again once no thread is in such a block."""
-    global _active
+    """Within the block, this thread's ``time.time()`` and ``time.time_ns()`` (and, with
+    time-machine, ``datetime.now()`` and ``datetime.utcnow()``) read ``offset`` away from the
+    real clock; the clock is itself again once no thread is in such a block."""
+    global _active, _journey
     if not offset:
         yield
         return
     with _guard:
         if _active == 0:
-            time.time = _shifted_time
-            time.time_ns = _shifted_time_ns
+            if covers_datetime():
+                assert _time_machine is not None
+                _journey = _time_machine.travel(datetime.now(UTC), tick=True)
+                # time-machine's patched functions ask the traveller on top for the time:
+                # this one answers with the asking thread's offset.
+                _journey.start().time_ns = _thread_time_ns
+            else:
+                time.time = _shifted_time
+                time.time_ns = _shifted_time_ns
         _active += 1
     _shift.seconds = offset.total_seconds()
     _shift.nanos = offset // timedelta(microseconds=1) * 1000
@@ -143,5 +206,9 @@ def shifted_time(offset: timedelta) -> Iterator[None]:
         with _guard:
             _active -= 1
             if _active == 0:
-                time.time = _real_time
-                time.time_ns = _real_time_ns
+                if _journey is not None:
+                    _journey.stop()
+                    _journey = None
+                else:
+                    time.time = _real_time
+                    time.time_ns = _real_time_ns

@@ -22,7 +22,7 @@ from typing import Any, NoReturn, Protocol
 
 from taskboard._callpath import Interceptor, make_call
 from taskboard._check import check
-from taskboard._clock import Clock, ManualClock, SystemClock, as_utc
+from taskboard._clock import Clock, ManualClock, as_utc
 from taskboard._contract import Board, State, Task
 from taskboard._driver import Driver, close_driven, driven, is_async_board, make_driven
 from taskboard._errors import BoardError
@@ -46,7 +46,11 @@ from taskboard.model import (
     is_live,
 )
 from taskboard.model._calls import is_infrastructure_fault
-from taskboard.stateful._client_clocks import client_clock_interceptors, lease_holder
+from taskboard.stateful._client_clocks import (
+    client_clock_interceptors,
+    lease_holder,
+    machine_clock,
+)
 from taskboard.stateful._config import MachineConfig
 from taskboard.stateful._reports import (
     Failure,
@@ -223,7 +227,7 @@ class Session:
         #: On the wall clock, how long this example's clock steps have slept.
         self.waited = timedelta(0)
         self.clock: Clock = (
-            SystemClock()
+            machine_clock(config.client_skew)
             if self.wall
             else virtual_clock(hooks, start, self.tick)
             if config.clock_mode == "virtual"
