@@ -19,6 +19,7 @@ from taskboard.boardtest._harness import ContractHarness, OpenBoard
 from taskboard.stateful import BoardMachine, run_parallel_state_machine
 from taskboard.stateful._hypothesis import without_explain
 from taskboard.stateful._reports import failures_reported
+from taskboard.stateful._session_options import session_run
 from taskboard.stateful._settings import SETTINGS
 from taskboard.stateful._trace import NEMESIS_HOOKS
 
@@ -95,18 +96,19 @@ class BoardContract(SpecExamples):
     def test_state_machine(self) -> None:
         """SPEC 6: BoardMachine finds no divergence from the model (depth from the profile)."""
         machine = self._machine_class("Machine")
-        chosen = self.machine_settings or settings()
-        with failures_reported(machine):
-            run_state_machine_as_test(machine, settings=without_explain(chosen))
+        given = self.machine_settings or settings()
+        with session_run(machine, without_explain(given)) as chosen, failures_reported(machine):
+            run_state_machine_as_test(machine, settings=chosen)
 
     def test_parallel_histories_are_linearizable(self) -> None:
         """SPEC 3 and 5: calls from several threads at once behave as some order of single calls."""
         machine = self._machine_class("ParallelMachine")
         profile = settings()
-        chosen = self.parallel_settings or settings(
+        given = self.parallel_settings or settings(
             profile, max_examples=min(50, profile.max_examples)
         )
-        run_parallel_state_machine(machine, settings=chosen)
+        with session_run(machine, given) as chosen:
+            run_parallel_state_machine(machine, settings=chosen)
 
     def test_concurrent_claims_have_exactly_one_winner(self, open_board: OpenBoard) -> None:
         """SPEC 5: agents (names repeating) race to claim one task: exactly one wins, each round."""

@@ -284,10 +284,11 @@ def in_final_replay() -> bool:
 
 
 def state_machine_test_case(
-    machine_cls: type[RuleBasedStateMachine], around_run: Callable[[], Any]
+    machine_cls: type[RuleBasedStateMachine], around_run: Callable[[Any], Any]
 ) -> Any:
     """``machine_cls``'s ``TestCase`` as Hypothesis makes it (one per class), with its run
-    inside the context manager ``around_run()`` returns, and without the explain phase.
+    inside the context manager ``around_run(case)`` returns (given the test case, whose
+    ``settings`` it may change for the run), and without the explain phase.
 
     Hypothesis's explain phase replays a failure many times to annotate it; on a state
     machine that costs several times the search itself."""
@@ -301,7 +302,7 @@ def state_machine_test_case(
 
     @functools.wraps(run_test)  # keeps Hypothesis's marks on it
     def runTest(self: Any) -> None:  # noqa: N802  # unittest's name
-        with around_run():
+        with around_run(self):
             run_test(self)
 
     case.runTest = runTest

@@ -7,9 +7,10 @@ judges it.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -44,6 +45,7 @@ from taskboard.stateful._hypothesis import (
 from taskboard.stateful._parallel import parallel_test_case
 from taskboard.stateful._reports import failures_reported
 from taskboard.stateful._session import Session, end_example
+from taskboard.stateful._session_options import session_run
 from taskboard.stateful._settings import SETTINGS, default
 from taskboard.stateful._steps import LEASES, machine_rules
 from taskboard.stateful._tracefile import Trace, Verdict
@@ -147,12 +149,21 @@ def _machine_for_board(
     return machine
 
 
+@contextlib.contextmanager
+def _session_run_of(machine: type[BoardMachine], test: Any) -> Iterator[None]:
+    """A run of ``machine``'s ``TestCase`` ``test``: as the test session's options say
+    (``pytest --taskboard-seed``, ``--taskboard-budget``), its failures reported."""
+    with session_run(machine, test.settings) as chosen, failures_reported(machine):
+        test.settings = chosen
+        yield
+
+
 class _TestCaseProperty:
     """``MyMachine.TestCase``: Hypothesis's test case of the machine, whose failures are
     reported as what they were (see :func:`failures_reported`)."""
 
     def __get__(self, obj: object, owner: type[BoardMachine]) -> Any:
-        case = state_machine_test_case(owner, lambda: failures_reported(owner))
+        case = state_machine_test_case(owner, lambda test: _session_run_of(owner, test))
         # So that `taskboard fuzz` and `replay` take the TestCase as a target.
         case._taskboard_machine = owner
         return case

@@ -59,6 +59,7 @@ from taskboard.stateful._session import (
     Session,
     end_example,
 )
+from taskboard.stateful._session_options import session_run
 from taskboard.stateful._steps import (
     ActStep,
     ClaimStep,
@@ -431,7 +432,8 @@ def parallel_test_case(machine_cls: MachineClass) -> type[unittest.TestCase]:
 
     class ParallelTestCase(unittest.TestCase):
         def runTest(self) -> None:  # noqa: N802  # unittest's name
-            run_parallel_state_machine(machine_cls)
+            with session_run(machine_cls, type_settings()) as chosen:
+                run_parallel_state_machine(machine_cls, settings=chosen)
 
     ParallelTestCase.__name__ = f"{machine_cls.__name__}.ParallelTestCase"
     ParallelTestCase.__qualname__ = f"{machine_cls.__qualname__}.ParallelTestCase"
