@@ -302,7 +302,7 @@ def test_fuzz_tolerate_faults_fuzzes_through_them(tmp_path: Path) -> None:
     (tmp_path / "faulty.py").write_text(FAULTY_BOARD, encoding="utf-8")
     result = taskboard(
         tmp_path, "fuzz", "faulty:FaultyBoard", "--max-examples", "200", "--tolerate-faults",
-        "--quiet",
+        "--quiet", "--verbose",
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert summary(result).group(4) == "no violation found"

@@ -243,7 +243,7 @@ def test_fuzz_mixes_sequential_and_parallel_programs_by_default(tmp_path: Path) 
     programs' rate and the coverage of their racing calls."""
     result = cli(
         tmp_path, "fuzz", "taskboard.hosts.memory:MemoryBoard", "--max-examples", "80",
-        "--seed", "1", "--quiet",
+        "--seed", "1", "--quiet", "--verbose",
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     first, second = result.stdout.splitlines()[:2]

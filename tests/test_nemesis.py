@@ -361,7 +361,7 @@ def test_fuzz_coverage_counts_nemesis_steps(
 ) -> None:
     """A passing run with the nemesis lists its restarts in the coverage table."""
     target = "taskboard.hosts.nemesis_mutants:FileBoard"
-    args = ["--max-examples", "30", "--seed", "1", "--quiet", "--mode", "sequential"]
+    args = ["--max-examples", "30", "--seed", "1", "--quiet", "--mode", "sequential", "--verbose"]
     code = main(["fuzz", target, "--nemesis", "restart", "--trace-dir", str(tmp_path), *args])
     out = capsys.readouterr().out
     assert code == 0
