@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-from taskboard import Board, ClaimRequest, Clock, ManualClock, Task
+from taskboard import Board, ClaimRequest, Clock, LeaseLostError, ManualClock, Task
 from taskboard.boardtest import BoardContract
+from taskboard.boardtest._harness import ExampleMismatch
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.sqlite import SQLiteBoard
 from tests.servers import NEMESIS_MACHINE, NEMESIS_PARALLEL
@@ -235,3 +237,34 @@ def test_a_failed_assertion_in_an_example_shows_the_values(pytester: pytest.Pyte
     assert "SPEC 3.5: renew sets until = now + ttl" in output
     assert "expected  what the clause says" in output
     assert "board     assert " in output  # the rewritten assertion, with its values
+
+
+class _ReleaseChangesSeq(MemoryBoard):
+    """Rejects a release with a bad token as it should, but bumps the task's seq first."""
+
+    def release(self, task_id: str, token: str) -> None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is not None:
+                self._tasks[task_id] = replace(task, seq=task.seq + 1)
+        super().release(task_id, token)
+
+
+def test_a_rejection_that_changes_the_board_says_what_changed() -> None:
+    """assert_rejected_unchanged names the task a rejected operation changed, before and
+    after, and the error it raised."""
+
+    class Contract(BoardContract):
+        def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+            return _ReleaseChangesSeq(tasks, clock)
+
+    board = _ReleaseChangesSeq([Task("t1")], ManualClock())
+    with pytest.raises(ExampleMismatch) as caught:
+        Contract().assert_rejected_unchanged(
+            board, LeaseLostError, lambda: board.release("t1", "nope")
+        )
+    assert caught.value.expected == "LeaseLostError, and the board unchanged (SPEC 3)"
+    assert caught.value.did == (
+        "raised LeaseLostError, but changed the board: 't1' open, no lease, seq=1 "
+        "(was 't1' open, no lease, seq=0)"
+    )

@@ -338,7 +338,9 @@ class ContractHarness:
             for key, was in before.items()
             if key in after and after[key] != was
         ]
-        if changed or after.keys() != before.keys():
+        changed += [f"{key!r} gone" for key in before.keys() - after.keys()]
+        changed += [f"{key!r} added" for key in after.keys() - before.keys()]
+        if changed:
             raise ExampleMismatch(
                 expected, f"raised {error.__name__}, but changed the board: " + "; ".join(changed)
             )
