@@ -7,10 +7,9 @@ judges it.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -149,13 +148,27 @@ def _machine_for_board(
     return machine
 
 
-@contextlib.contextmanager
-def _session_run_of(machine: type[BoardMachine], test: Any) -> Iterator[None]:
-    """A run of ``machine``'s ``TestCase`` ``test``: as the test session's options say
-    (``pytest --taskboard-seed``, ``--taskboard-budget``), its failures reported."""
-    with session_run(machine, test.settings) as chosen, failures_reported(machine):
-        test.settings = chosen
-        yield
+class _RunOfTestCase:
+    """A run of a machine's ``TestCase``: as the test session's options say (``pytest
+    --taskboard-seed``, ``--taskboard-budget``), with its failures reported. A class, not a
+    generator, so that the traceback ``failures_reported`` gives a failure stays."""
+
+    def __init__(self, machine: type[BoardMachine], test: Any) -> None:
+        self.session = session_run(machine, test.settings)
+        self.reported = failures_reported(machine)
+        self.test = test
+
+    def __enter__(self) -> None:
+        self.test.settings = self.session.__enter__()
+        self.reported.__enter__()
+
+    def __exit__(self, kind: type[BaseException] | None, error: Any, tb: Any) -> bool:
+        __tracebackhide__ = True
+        try:
+            self.reported.__exit__(kind, error, tb)  # raises a failure as its report
+        finally:
+            stopped = self.session.__exit__(kind, error, tb)
+        return stopped
 
 
 class _TestCaseProperty:
@@ -163,7 +176,7 @@ class _TestCaseProperty:
     reported as what they were (see :func:`failures_reported`)."""
 
     def __get__(self, obj: object, owner: type[BoardMachine]) -> Any:
-        case = state_machine_test_case(owner, lambda test: _session_run_of(owner, test))
+        case = state_machine_test_case(owner, lambda test: _RunOfTestCase(owner, test))
         # So that `taskboard fuzz` and `replay` take the TestCase as a target.
         case._taskboard_machine = owner
         return case

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import hypothesis
@@ -29,7 +28,14 @@ from taskboard.stateful._hypothesis import seed_of
 from taskboard.stateful._runstate import ExampleStats
 from taskboard.stateful._session import StopRequested, on_example_end, stop_when
 
-__all__ = ["BUDGETED_EXAMPLES", "SessionOptions", "choose", "chosen", "session_run"]
+__all__ = [
+    "BUDGETED_EXAMPLES",
+    "SessionOptions",
+    "SessionRun",
+    "choose",
+    "chosen",
+    "session_run",
+]
 
 #: The example count a run with a budget asks Hypothesis for: more than a budget allows, so
 #: that the budget ends it.
@@ -60,27 +66,45 @@ def chosen() -> SessionOptions:
     return _chosen
 
 
-@contextlib.contextmanager
-def session_run(machine_cls: type, chosen_settings: settings) -> Iterator[settings]:
+def session_run(machine_cls: type, chosen_settings: settings) -> SessionRun:
     """Run ``machine_cls`` as the session's options say, inside the block: seeded, and with
-    the Hypothesis settings it yields (``chosen_settings``, asking for as many examples as
-    the budget allows when there is one) and stopped when the budget is spent."""
-    options = _chosen
-    if options.seed is not None and seed_of(machine_cls) is None:
-        hypothesis.seed(options.seed)(machine_cls)
-    if options.budget is None:
-        yield chosen_settings
-        return
-    deadline = time.monotonic() + options.budget
-    found = False
+    the Hypothesis settings the block gets (``chosen_settings``, asking for as many examples
+    as the budget allows when there is one), stopped when the budget is spent."""
+    return SessionRun(machine_cls, chosen_settings, _chosen)
 
-    def heard(example: ExampleStats) -> None:
-        nonlocal found
-        found = found or example.failed
 
-    def spent() -> bool:
+class SessionRun:
+    """The context manager :func:`session_run` returns. A class, not a generator: the
+    failure of a run leaves it as it came, with the traceback ``failures_reported`` gave it
+    (``contextlib`` would put the one it had back)."""
+
+    def __init__(
+        self, machine_cls: type, chosen_settings: settings, options: SessionOptions
+    ) -> None:
+        self.machine_cls, self.settings, self.options = machine_cls, chosen_settings, options
+        self.found = False
+        self.deadline = 0.0
+        self.stack = contextlib.ExitStack()
+
+    def __enter__(self) -> settings:
+        options = self.options
+        if options.seed is not None and seed_of(self.machine_cls) is None:
+            hypothesis.seed(options.seed)(self.machine_cls)
+        if options.budget is None:
+            return self.settings
+        self.deadline = time.monotonic() + options.budget
+        self.stack.enter_context(on_example_end(self._heard))
+        self.stack.enter_context(stop_when(self._spent))
+        return settings(self.settings, max_examples=BUDGETED_EXAMPLES)
+
+    def __exit__(self, kind: type[BaseException] | None, error: object, tb: object) -> bool:
+        self.stack.close()  # the listener and the stop condition go, whatever ended the run
+        # The budget spent with nothing found: the run passes.
+        return kind is not None and issubclass(kind, StopRequested)
+
+    def _heard(self, example: ExampleStats) -> None:
+        self.found = self.found or example.failed
+
+    def _spent(self) -> bool:
         # Once a failure is found, it is shrunk and reported whatever the budget says.
-        return not found and time.monotonic() >= deadline
-
-    with on_example_end(heard), stop_when(spent), contextlib.suppress(StopRequested):
-        yield settings(chosen_settings, max_examples=BUDGETED_EXAMPLES)
+        return not self.found and time.monotonic() >= self.deadline
