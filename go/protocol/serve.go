@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"taskboard/taskboard"
+	taskboard "github.com/taskboard-contract/taskboard/go"
 )
 
 // Clock is the time a board reads: the protocol's set_time in manual mode, the system clock
