@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,17 +23,28 @@ pytestmark = pytest.mark.slow
 TTL = timedelta(milliseconds=5)
 
 
-@pytest.fixture(scope="module")
-def fileboard(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The Go reference board, built from go/cmd/fileboard; a skip (a failure in CI) without Go."""
+#: No module is fetched: the Go code uses the standard library only.
+GO_ENV = {"GOFLAGS": "-mod=mod", "GOPROXY": "off"}
+
+
+def go_command() -> str:
+    """The go command; a skip (a failure in CI) without Go."""
     go = shutil.which("go")
     if go is None:
         unavailable("go is not installed (.ci/run installs Debian's golang-go)")
+    return go
+
+
+@pytest.fixture(scope="module")
+def fileboard(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Go reference board, built from go/cmd/fileboard."""
     built = tmp_path_factory.mktemp("go") / "fileboard"
-    # No module is fetched: the Go code uses the standard library only.
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off"}
+    env = {**os.environ, **GO_ENV}
     subprocess.run(
-        [go, "build", "-o", str(built), "./cmd/fileboard"], cwd=GO_MODULE, env=env, check=True
+        [go_command(), "build", "-o", str(built), "./cmd/fileboard"],
+        cwd=GO_MODULE,
+        env=env,
+        check=True,
     )
     return built
 
@@ -157,3 +169,45 @@ def test_the_criteria_race_one_go_process_per_agent(
     )
     result.assert_outcomes(failed=1)
     assert "winner" in result.stdout.str()
+
+
+def test_go_test_with_the_helper_fails_on_a_planted_bug_and_keeps_the_trace(
+    tmp_path: Path,
+) -> None:
+    """protocoltest.Fuzz under `go test`: the memboard with a release that ignores the token
+    fails its test with the checker's report, and the trace it names survives the run."""
+    traces = tmp_path / "traces"
+    env = {
+        **os.environ,
+        **GO_ENV,
+        "MEMBOARD_BUG": "release-ignores-token",
+        "TASKBOARD_TRACE_DIR": str(traces),
+        # This checkout's checker, whichever taskboard is on the PATH.
+        "TASKBOARD_COMMAND": f"{sys.executable} -m taskboard",
+        "TASKBOARD_FUZZ_ARGS": f"--database {tmp_path / 'examples'} --shrink-budget 20s",
+    }
+    test = [go_command(), "test", "-count=1", "-run", "TestMemboardKeepsTheContract"]
+    result = subprocess.run(
+        [*test, "./memboard"], cwd=GO_MODULE, env=env, capture_output=True, text=True
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "--- FAIL: TestMemboardKeepsTheContract" in out
+    assert "taskboard fuzz found a contract violation" in out
+    assert "SPEC 3.2" in out
+    kept = list(traces.glob("*.json"))
+    assert len(kept) == 1, out
+    assert f"the trace is kept in {kept[0]}" in out
+    serve = "TASKBOARD_GO_SERVE=TestMemboardKeepsTheContract"
+    assert f"go test -c -o board.test && {serve} taskboard replay {kept[0]} --exec" in out
+
+    # The replay the message gives: the test binary as the board replays the violation.
+    binary = tmp_path / "board.test"
+    build = [*test[:2], "-c", "-o", str(binary), "./memboard"]
+    subprocess.run(build, cwd=GO_MODULE, env=env, check=True)
+    board = f"{binary} -test.run=^TestMemboardKeepsTheContract$"
+    replay = [sys.executable, "-m", "taskboard", "replay", str(kept[0]), "--exec", board]
+    env["TASKBOARD_GO_SERVE"] = "TestMemboardKeepsTheContract"
+    replayed = subprocess.run(replay, env=env, capture_output=True, text=True)
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "SPEC 3.2" in replayed.stdout
