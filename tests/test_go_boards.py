@@ -1,18 +1,23 @@
-"""The Go reference board and its mutants (go/), checked through ``taskboard fuzz --exec``
-(SPEC 10): the reference passes, and each planted bug is caught."""
+"""The Go module (go/): the reference board and its mutants, checked through ``taskboard fuzz
+--exec`` (SPEC 10), the reference passing and each planted bug caught; ``protocoltest.Fuzz``
+failing ``go test`` on a planted bug with a trace that survives; and Go's ``Check`` agreeing
+with ``check()``."""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import shutil
 import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 
-from taskboard import ClaimRequest, Clock, ManualClock, SystemClock, Task
+from taskboard import ClaimRequest, Clock, Lease, ManualClock, State, SystemClock, Task, check
 from taskboard._cli import main
 from taskboard.protocol import exec_board
 from tests.conftest import unavailable
@@ -211,3 +216,96 @@ def test_go_test_with_the_helper_fails_on_a_planted_bug_and_keeps_the_trace(
     replayed = subprocess.run(replay, env=env, capture_output=True, text=True)
     assert replayed.returncode == 1, replayed.stdout + replayed.stderr
     assert "SPEC 3.2" in replayed.stdout
+
+
+#: A Go program that prints taskboard.Check's problems for each snapshot it reads.
+GO_CHECK_MAIN = """package main
+
+import (
+\t"encoding/json"
+\t"os"
+
+\ttaskboard "github.com/taskboard-contract/taskboard/go"
+)
+
+func main() {
+\tvar snapshots [][]taskboard.Task
+\tif err := json.NewDecoder(os.Stdin).Decode(&snapshots); err != nil {
+\t\tpanic(err)
+\t}
+\tfound := make([][]taskboard.Problem, len(snapshots))
+\tfor i, tasks := range snapshots {
+\t\tfound[i] = taskboard.Check(tasks)
+\t}
+\tif err := json.NewEncoder(os.Stdout).Encode(found); err != nil {
+\t\tpanic(err)
+\t}
+}
+"""
+
+
+def random_snapshot(rng: random.Random) -> list[Task]:
+    """A small snapshot with every kind of fault: repeated and empty ids, unknown states and
+    dependencies, self loops, cycles, and holders where they do not belong."""
+    ids = ["a", "b", "c", "d", "e", ""]
+    states = ["open", "claimed", "done", "failed", "lost"]
+    tasks = []
+    for _ in range(rng.randint(0, 9)):
+        lease = None
+        if rng.random() < 0.5:
+            # A present lease has a fence: Go's zero Lease (no token, fence 0) is no lease.
+            lease = Lease(rng.choice(["", "tok"]), rng.randint(1, 3), None)
+        tasks.append(
+            Task(
+                rng.choice(ids[:-1] if rng.random() < 0.95 else ids),
+                deps=tuple(rng.choices(["a", "b", "c", "d", "e", "x", "y"], k=rng.randint(0, 3))),
+                state=State(s) if (s := rng.choice(states)) != "lost" else cast(State, s),
+                owner=rng.choice(["", "", "w1"]),
+                lease=lease,
+            )
+        )
+    return tasks
+
+
+def test_go_check_agrees_with_python_check(tmp_path: Path) -> None:
+    """taskboard.Check in Go reports what check() reports on 1,500 random snapshots: the
+    same problems in the same order, the texts alike but for Go's quotes."""
+    rng = random.Random(34)
+    snapshots = [random_snapshot(rng) for _ in range(1500)]
+    wire = [
+        [
+            {
+                "id": t.id,
+                "deps": list(t.deps),
+                "state": str(t.state),
+                "owner": t.owner,
+                "lease": None
+                if t.lease is None
+                else {"token": t.lease.token, "fence": t.lease.fence},
+            }
+            for t in tasks
+        ]
+        for tasks in snapshots
+    ]
+    program = tmp_path / "checkjson"
+    program.mkdir()
+    (program / "main.go").write_text(GO_CHECK_MAIN)
+    (program / "go.mod").write_text(
+        "module checkjson\n\ngo 1.19\n\n"
+        "require github.com/taskboard-contract/taskboard/go v0.0.0\n\n"
+        f"replace github.com/taskboard-contract/taskboard/go => {GO_MODULE}\n"
+    )
+    env = {**os.environ, **GO_ENV}
+    result = subprocess.run(
+        [go_command(), "run", "."],
+        cwd=program,
+        env=env,
+        input=json.dumps(wire),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    go_found = json.loads(result.stdout)
+    for tasks, in_go in zip(snapshots, go_found, strict=True):
+        in_python = [(p.task, p.code.value, p.text.replace("'", '"')) for p in check(tasks)]
+        assert [(p["Task"], p["Code"], p["Text"]) for p in in_go or []] == in_python, tasks
