@@ -78,8 +78,11 @@ type Options struct {
 // (exit 3) or a usage error (exit 2); it logs the report when the board passes. In the
 // processes the checker starts, Fuzz serves host and exits the process instead.
 //
-// The test binary must not write to stdout before Fuzz serves (a TestMain that prints
-// there breaks the protocol); what the board prints while it serves goes to stderr.
+// Each board process runs the test again up to Fuzz: what the test does before it (and
+// TestMain) runs once per process, so set up shared storage in host.New, or once in the
+// go test process and hand it over in an environment variable, which the board processes
+// inherit. None of it may write to stdout (that breaks the protocol); what the board
+// prints while it serves goes to stderr.
 func Fuzz(t *testing.T, host protocol.Host, opts Options) {
 	t.Helper()
 	if serving := os.Getenv(EnvServe); serving != "" {
