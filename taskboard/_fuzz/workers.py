@@ -194,6 +194,7 @@ def fuzz_in_processes(
                     total.failure, total.trace_file = done.failure, done.trace_file
                     total.fault = done.fault
                     total.clause = done.clause
+                    total.find_seconds, total.replay_shrink = done.find_seconds, done.replay_shrink
                     break
             meter.show(*_sums(counts), int(total.failure is not None))
     finally:
