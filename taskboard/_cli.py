@@ -45,7 +45,7 @@ from taskboard._protocol.spares import end_spares
 from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._replay import missing_nemesis, replay_trace
-from taskboard.stateful._reports import InfrastructureFault
+from taskboard.stateful._reports import InfrastructureFault, refused_allowed_claim
 from taskboard.stateful._tracefile import (
     TRACE_DIR_ENV,
     TraceFileError,
@@ -647,10 +647,15 @@ def _replay(args: argparse.Namespace) -> int:
         # time. On a board since fixed that is the fix; on the board that failed, a flaky bug.
         print(f"DID NOT RECUR: the recorded failure did not happen ({result.report})")
         if trace.clock_mode == "wall":
+            shortest = (  # only when the store refused a claim the model allowed
+                ", or fuzz with --shortest-lease if the store cannot honour leases as short as "
+                "the trace's (it refused a claim the model allowed)"
+                if refused_allowed_claim(trace.steps)
+                else ""
+            )
             print(
                 "  note: on the wall clock a replay cannot repeat the timing exactly (SPEC 7); "
-                "replay again, or fuzz with --shortest-lease if the store cannot honour leases "
-                "as short as the trace's"
+                f"replay again{shortest}"
             )
         return OK
     if result.passed:

@@ -215,16 +215,16 @@ class Run:
         report.failure = str(shrunk_error)
         report.trace_file = shrunk_error.trace_file or report.trace_file
         report.shrink_cut = shrunk.cut  # it went on from where Hypothesis stopped
-        before = len(caught.trace)
+        before, after = len(caught.trace), len(shrunk.trace.steps)
         report.replay_shrink = (
-            f"shrunk by replay from {before} steps to {len(shrunk.trace.steps)} in "
-            f"{shrunk.replays} replays"
-            + (
+            f"shrunk by replay from {before} steps to {after}"
+            if after < before
+            else "shrinking by replay found no shorter trace"
+        ) + f" in {shrunk.replays} replays"
+        if shrunk.tried > 1:
+            report.replay_shrink += (
                 f" (the trace failed in {shrunk.failed} of {shrunk.tried} replays)"
-                if shrunk.tried > 1
-                else ""
             )
-        )
 
     def _batch(self, parallel: bool, chosen: settings) -> None:
         with failures_reported(self.machine):

@@ -152,9 +152,15 @@ def _relabel(ref: str, renumber: dict[str, str]) -> str:
 def _relabel_note(note: str, renumber: dict[str, str]) -> str:
     return re.sub(
         r"\bL\d+\b",
-        lambda m: renumber.get(m.group(0), m.group(0)).removeprefix(DROPPED),
+        lambda m: _noted_label(renumber.get(m.group(0), m.group(0))),
         note,
     )
+
+
+def _noted_label(label: str) -> str:
+    # A note naming a lease whose claim was dropped names no label: a replay anchors a clock
+    # move to the until of the lease its note names, and there is none.
+    return "dropped-lease-" + label.removeprefix(DROPPED) if label.startswith(DROPPED) else label
 
 
 class _Judge:
@@ -342,6 +348,8 @@ def shrink_failure(
     if shrunk.violation is None:
         return error, shrunk
     before, after = len(trace.steps), len(shrunk.trace.steps)
+    if after == before and not report.unrepeated:  # no shorter trace: the report stands
+        return error, shrunk
     replayed = report_of(shrunk.violation)
     how = (
         f"shrunk by replay from {before} steps to {after} ({shrunk.replays} replays of "
