@@ -81,7 +81,7 @@ def sub_trace(trace: Trace, keep: Sequence[int]) -> Trace:
     new_labels = _mint_order([steps[i] for i in kept])
     tokens = {label: token for token, label in old_labels.items()}
     renumber = {
-        label: new_labels.get(token, f"=token-of-a-dropped-claim-{label}")
+        label: new_labels.get(token, DROPPED + label.removeprefix("L"))
         for label, token in tokens.items()
     }
     shift = timedelta(0)
