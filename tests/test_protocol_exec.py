@@ -517,3 +517,21 @@ def test_emit_test_of_an_exec_trace_compiles_fails_on_the_bug_and_passes_when_fi
     fixed = tmp_path / "test_fixed.py"
     fixed.write_text(source.replace("RenewWithoutTokenCheck", "memory"), encoding="utf-8")
     runpy.run_path(str(fixed))["test_replays_spec_3_5"]()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clock", ["manual", "wall"])
+def test_fuzz_exec_shrinks_a_failure_by_replay(
+    clock: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fuzz --exec shrinks a buggy command's failure by replay to a few steps, on the manual
+    and the wall clock, and its printed replay command works as printed."""
+    trace_dir = ["--trace-dir", str(tmp_path), "--database", str(tmp_path / "db")]
+    budgets = ["--budget", "60s", "--shrink-budget", "20s", "--seed", "3", "--quiet"]
+    run = ["fuzz", "--exec", exec_option("RenewWithoutTokenCheck"), "--clock", clock]
+    assert main([*run, *budgets, *trace_dir]) == 1
+    out = capsys.readouterr().out
+    assert "shrunk by replay from" in out
+    printed = out.rsplit("replay it with: taskboard ", 1)[1].split()
+    assert len(load_trace(printed[1]).steps) <= 5
+    assert main(printed) == 1

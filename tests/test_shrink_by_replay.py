@@ -7,6 +7,7 @@ import io
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import Phase, settings
@@ -181,7 +182,7 @@ def test_a_mixed_run_without_parallel_programs_says_so_and_why() -> None:
     )
     notes = run_notes(report)
     assert "no parallel programs ran" in notes[0]
-    assert "budget ran out" in notes[0]
+    assert "budget ran out before one finished" in notes[0]
     assert "shortest lease at 50ms" in notes[0]
     assert "no clients were opened" in notes[1]
     found = FuzzReport(examples=2, seconds=5.0, find_seconds=1.0, mode="mixed")
@@ -206,10 +207,25 @@ def test_an_empty_program_is_not_shown_as_the_steps_leading_up() -> None:
     assert shown == [steps]
 
 
+def test_fuzz_shrinks_by_replay_what_hypothesis_left_within_the_shrink_budget(
+    tmp_path: Path,
+) -> None:
+    """With a shrink budget too short for Hypothesis, the run shrinks the trace by replay,
+    says so in the summary and writes the shorter trace."""
+    options = FuzzOptions(
+        max_examples=40, shrink_budget=1, seed=1, mode="sequential", trace_dir=str(tmp_path)
+    )
+    report = fuzz("taskboard.hosts.mutants:RenewWithoutTokenCheck", options, progress=None)
+    assert report.trace_file is not None
+    assert report.replay_shrink.startswith("shrunk by replay from ")
+    assert "note: shrunk by replay from" in (report.failure or "")
+    assert len(load_trace(report.trace_file).steps) <= 5
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_a_slow_wall_clock_board_is_reported_in_five_steps_or_fewer(
-    seed: int, tmp_path: object
+    seed: int, tmp_path: Path
 ) -> None:
     """A wall-clock board whose calls take a few milliseconds, with a bug unrelated to time,
     is reported in at most 5 steps, and the report says in how many of how many replays the

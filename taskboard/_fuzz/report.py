@@ -134,7 +134,10 @@ def run_notes(report: FuzzReport) -> list[str]:
         why = "the run was stopped in the first batch of sequential examples"
     else:
         per = report.finding_seconds / report.examples if report.examples else 0.0
-        why = f"the budget ran out in the first batch of sequential examples ({per:.2f}s an example"
+        why = (
+            "the budget ran out before one finished (a mixed run begins with a batch of "
+            f"sequential examples; these took {per:.2f}s an example"
+        )
         if report.shortest_lease:
             why += (
                 f"; with the shortest lease at {format_duration(report.shortest_lease)} "

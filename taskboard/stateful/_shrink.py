@@ -259,7 +259,7 @@ def shrink_by_replay(
     ran = _steps_run(best_violation, len(best.steps))
     if ran < len(best.steps):
         attempt(sub_trace(best, range(ran)))
-    cut = not _ddmin(best, attempt, judge, lambda: best)
+    cut = not _ddmin(attempt, judge, lambda: best)
     if not cut:
         cut = not _merge_clock_moves(attempt, judge, lambda: best)
     failed = tried = 1
@@ -276,11 +276,10 @@ def _steps_run(violation: Failure, total: int) -> int:
     return total if step is None else min(total, step.index)
 
 
-def _ddmin(
-    start: Trace, attempt: Callable[[Trace], bool], judge: _Judge, best: Callable[[], Trace]
-) -> bool:
-    """Drop blocks of steps, halving the block until it is one step; True when done."""
-    del start
+def _ddmin(attempt: Callable[[Trace], bool], judge: _Judge, best: Callable[[], Trace]) -> bool:
+    """Drop blocks of steps (delta debugging's way: the trace in 2 parts, then 4, ... until
+    each is one step, and back to fewer parts after a drop); True when done, False when the
+    time ran out first."""
     parts = 2
     while len(best().steps) >= 1:
         steps = len(best().steps)
