@@ -48,6 +48,7 @@ __all__ = [
     "host_traceback",
     "raise_report",
     "record_failure",
+    "replay_traces_with",
     "unrepeated_failure",
     "violation_report",
 ]
@@ -540,19 +541,28 @@ def refused_allowed_claim(steps: Sequence[Step]) -> bool:
 UNREPEATED_TRIES = 3
 
 
+#: How a trace is replayed on fresh boards of a machine: ``(trace, machine, tries)`` gives how
+#: many replays failed as the trace did and the last failure. Set by the replay, which sits
+#: above this module (``taskboard.stateful`` imports it); unset, nothing is replayed.
+TraceReplays = Callable[[Trace, Any, int], tuple[int, Failure | None]]
+_trace_replays_by: list[TraceReplays] = []
+
+
+def replay_traces_with(replays: TraceReplays) -> None:
+    """Replay the traces of failures that did not recur with ``replays``."""
+    _trace_replays_by[:] = [replays]
+
+
 def _trace_replays(report: Report, machine_cls: type | None) -> tuple[int, int, Failure | None]:
     """How many of :data:`UNREPEATED_TRIES` replays of ``report``'s trace on fresh boards of
     ``machine_cls`` failed as it did, and the last failure; ``(0, 0, None)`` when it cannot
     be replayed (no trace, no machine, or a hang, whose replays would each cost a timeout)."""
-    from taskboard.stateful._machine import BoardMachine  # they import this module
-    from taskboard.stateful._shrink import replays_failing
-
     trace = report.recording
-    if trace is None or trace.verdict is None or report.hung:
+    if trace is None or trace.verdict is None or report.hung or machine_cls is None:
         return 0, 0, None
-    if not (isinstance(machine_cls, type) and issubclass(machine_cls, BoardMachine)):
+    if not _trace_replays_by:
         return 0, 0, None
-    failed, last = replays_failing(trace, machine_cls, UNREPEATED_TRIES)
+    failed, last = _trace_replays_by[0](trace, machine_cls, UNREPEATED_TRIES)
     return failed, UNREPEATED_TRIES, last
 
 

@@ -22,12 +22,12 @@ from datetime import timedelta
 
 from taskboard.model import Step
 from taskboard.stateful._machine import BoardFactory, BoardMachine
-from taskboard.stateful._replay import replay_trace
-from taskboard.stateful._reports import FAULT_CLAUSE, Failure, InfrastructureFault
+from taskboard.stateful._replay import replay_failure, replays_failing
+from taskboard.stateful._reports import Failure
 from taskboard.stateful._trace import forge
 from taskboard.stateful._tracefile import Trace
 
-__all__ = ["WALL_TRIES", "Shrunk", "replays_failing", "shrink_by_replay", "sub_trace"]
+__all__ = ["WALL_TRIES", "Shrunk", "shrink_by_replay", "shrink_failure", "sub_trace"]
 
 #: Replays of a wall-clock candidate before it counts as passing, and of the trace kept.
 WALL_TRIES = 3
@@ -187,33 +187,9 @@ class _Judge:
         return None
 
     def replay_once(self, trace: Trace) -> Failure | None:
-        """One replay's failure with the clause (a fault's, for a fault's trace), or ``None``."""
+        """One replay's failure with the clause, or ``None``."""
         self.replays += 1
-        try:
-            result = replay_trace(trace, self.board)
-        except InfrastructureFault as fault:  # no verdict on the contract: not a violation
-            return fault if self.clause == FAULT_CLAUSE else None
-        except ValueError:  # the board lacks the trace's nemesis hooks: it cannot replay it
-            return None
-        violation = result.violation
-        if violation is not None and violation.clause == self.clause:
-            return violation
-        return None
-
-
-def replays_failing(
-    trace: Trace, board: BoardFactory | type[BoardMachine], tries: int
-) -> tuple[int, Failure | None]:
-    """How many of ``tries`` replays of ``trace`` on ``board`` fail with its verdict's
-    clause, and the last such failure."""
-    assert trace.verdict is not None
-    judge = _Judge(board, trace.verdict.clause, 1, float("inf"))
-    failed, last = 0, None
-    for _ in range(tries):
-        violation = judge.replay_once(trace)
-        if violation is not None:
-            failed, last = failed + 1, violation
-    return failed, last
+        return replay_failure(trace, self.board, self.clause)
 
 
 def shrink_by_replay(
