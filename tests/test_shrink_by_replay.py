@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -220,6 +221,25 @@ def test_fuzz_shrinks_by_replay_what_hypothesis_left_within_the_shrink_budget(
     assert report.replay_shrink.startswith("shrunk by replay from ")
     assert "note: shrunk by replay from" in (report.failure or "")
     assert len(load_trace(report.trace_file).steps) <= 5
+
+
+class Terminal(io.StringIO):
+    """A status line's stream that says it is a terminal, so that every update is written."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_run_shows_shrinking_on_its_status_line() -> None:
+    """While Hypothesis shrinks a failure, the status line counts it and says from how many
+    steps to how many it got, in place of the time left."""
+    terminal = Terminal()
+    options = FuzzOptions(max_examples=40, shrink_budget=2, seed=1, mode="sequential")
+    fuzz("taskboard.hosts.mutants:RenewWithoutTokenCheck", options, progress=terminal)
+    shrinking = [line for line in terminal.getvalue().split("\r") if "shrinking: " in line]
+    assert shrinking
+    assert "failures 1" in shrinking[-1]
+    assert re.search(r"shrinking: \d+ steps → \d+, \d+ s left", shrinking[-1])
 
 
 @pytest.mark.slow

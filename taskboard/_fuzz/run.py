@@ -82,6 +82,8 @@ class Run:
         found = False
         found_at = 0.0
         began = time.monotonic()
+        # The steps of the failing example as found, and of the shortest one that failed since.
+        first_steps = shortest = 0
         publisher = None
         if self.options.campaign is not None and self.options.database is not None:
             publisher = Publisher(self.options.database, self.options.campaign, self.target.name)
@@ -96,7 +98,7 @@ class Run:
             return not found and (spent or time.monotonic() >= self.deadline)
 
         def counted(example: ExampleStats) -> None:
-            nonlocal found, found_at
+            nonlocal found, found_at, first_steps, shortest
             if found:  # Hypothesis shrinking the failure: not a new example of the search
                 report.shrink_runs += 1
                 shrinking = time.monotonic() - found_at
@@ -108,11 +110,14 @@ class Run:
                     publisher.heard(example)
                 if example.failed:
                     report.find_seconds = found_at - began
+                    first_steps = shortest = example.steps
             found = found or example.failed
             if found:
+                if example.failed:
+                    shortest = min(shortest, example.steps)
                 spent = time.monotonic() - found_at
                 report.shrinking = (
-                    f"shrinking: {report.shrink_runs} runs, "
+                    f"shrinking: {first_steps} steps → {shortest}, "
                     f"{max(0.0, self.options.shrink_budget - spent):.0f} s left"
                 )
             tick()
