@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from taskboard.hosts.mutants import RenewWithoutTokenCheck, TruncatedTokenCompare
+from taskboard.hosts.mutants import RenewWithoutTokenCheck
 
 #: How long each call takes, in seconds.
 CALL_SECONDS = 0.003
@@ -39,7 +39,3 @@ class _Slow:
 
 class SlowRenewWithoutTokenCheck(_Slow, RenewWithoutTokenCheck):
     """RenewWithoutTokenCheck, a few milliseconds a call."""
-
-
-class SlowTruncatedTokenCompare(_Slow, TruncatedTokenCompare):
-    """TruncatedTokenCompare, a few milliseconds a call."""

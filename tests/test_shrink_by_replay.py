@@ -253,7 +253,7 @@ def test_a_slow_wall_clock_board_is_reported_in_five_steps_or_fewer(
     options = FuzzOptions(
         budget=60, shrink_budget=60, seed=seed, clock="wall", trace_dir=str(tmp_path)
     )
-    report = fuzz("slow_boards:SlowRenewWithoutTokenCheck", options, progress=None)
+    report = fuzz("tests.slow_boards:SlowRenewWithoutTokenCheck", options, progress=None)
     assert report.failure is not None
     assert report.trace_file is not None
     assert len(load_trace(report.trace_file).steps) <= 5, report.failure
