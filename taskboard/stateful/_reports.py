@@ -168,7 +168,8 @@ class Report:
     cause: BaseException | None = None
     notes: tuple[str, ...] = ()
     trace_file: str | None = None
-    #: True once the report says it did not recur when Hypothesis replayed it.
+    #: True once Hypothesis's replay of it did not fail: the report then says whether its
+    #: trace's own replays did (then it is one of theirs) or not (then it did not recur).
     unrepeated: bool = False
 
     @property
