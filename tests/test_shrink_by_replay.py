@@ -112,6 +112,16 @@ def test_a_long_manual_trace_shrinks_to_the_same_clause_in_a_few_steps() -> None
     assert not shrunk.cut
 
 
+def test_a_stop_request_ends_shrinking_by_replay_with_the_trace_so_far() -> None:
+    """Asked to stop (Ctrl-C), shrinking tries no more candidates: the failing trace is kept
+    as it was, and the result says shrinking was cut short."""
+    trace = long_failing_trace()
+    shrunk = shrink_by_replay(trace, RenewWithoutTokenCheck, seconds=60, stopped=lambda: True)
+    assert shrunk.cut
+    assert shrunk.violation is not None
+    assert shrunk.replays <= 2  # the trace itself, and at most the cut after its failing step
+
+
 def test_a_trace_a_fixed_board_passes_is_not_shrunk() -> None:
     """On a board that keeps the contract no replay fails: nothing is kept, and the trace is
     the one given."""

@@ -129,7 +129,8 @@ class Run:
             with worker_pool():  # spawned once for the whole run, not once per batch
                 caught = self._batches(report, base, done, counted, stop)
                 if caught is not None and not stop.is_set():
-                    self._shrink_by_replay(caught, report, shrink_left(), tick)
+                    self._shrink_by_replay(caught, report, shrink_left(), tick, stop.is_set)
+                    report.interrupted = report.interrupted or stop.is_set()
         finally:
             if publisher is not None:  # a find is published before the worker exits
                 publisher.finish(
@@ -202,17 +203,23 @@ class Run:
         return self.options.shrink_budget / 2
 
     def _shrink_by_replay(
-        self, caught: Failure, report: FuzzReport, seconds: float, tick: Callable[[], None]
+        self,
+        caught: Failure,
+        report: FuzzReport,
+        seconds: float,
+        tick: Callable[[], None],
+        stopped: Callable[[], bool],
     ) -> None:
-        """Shrink ``caught``'s trace by replay (:mod:`taskboard.stateful._shrink`) and put
-        the failure it reports in ``report``; the status line shows how far it got."""
+        """Shrink ``caught``'s trace by replay (:mod:`taskboard.stateful._shrink`) for at
+        most ``seconds``, or until ``stopped()`` (Ctrl-C), and put the failure it reports in
+        ``report``; the status line shows how far it got."""
 
         def told(steps: int, first: int, left: float) -> None:
             report.shrinking = f"shrinking: {first} steps → {steps}, {left:.0f} s left"
             tick()
 
         shrunk_error, shrunk = shrink_failure(
-            caught, self.machine, seconds=max(seconds, 0.0), on_progress=told
+            caught, self.machine, seconds=max(seconds, 0.0), on_progress=told, stopped=stopped
         )
         report.shrinking = ""
         if shrunk is None or shrunk.violation is None:

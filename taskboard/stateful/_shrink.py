@@ -167,13 +167,20 @@ class _Judge:
     """Replays candidates against a board until a deadline, counting replays."""
 
     def __init__(
-        self, board: BoardFactory | type[BoardMachine], clause: str, tries: int, deadline: float
+        self,
+        board: BoardFactory | type[BoardMachine],
+        clause: str,
+        tries: int,
+        deadline: float,
+        stopped: Callable[[], bool],
     ) -> None:
         self.board, self.clause, self.tries, self.deadline = board, clause, tries, deadline
+        self.stopped = stopped
         self.replays = 0
 
     def out_of_time(self) -> bool:
-        return time.monotonic() >= self.deadline
+        """True once the deadline passed, or the run was asked to stop (Ctrl-C)."""
+        return time.monotonic() >= self.deadline or self.stopped()
 
     def failure(self, trace: Trace, tries: int | None = None) -> Failure | None:
         """The violation of the clause from the first of up to ``tries`` replays that fails
@@ -198,9 +205,11 @@ def shrink_by_replay(
     *,
     seconds: float,
     on_progress: ShrinkListener | None = None,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> Shrunk:
     """The smallest sub-trace of ``trace`` (a sequential trace with a verdict) that still
-    fails on ``board`` with the verdict's clause, found within about ``seconds``.
+    fails on ``board`` with the verdict's clause, found within about ``seconds`` (the replay
+    under way when they end, or when ``stopped()`` turns true, runs to its end).
 
     Raises:
         ValueError: ``trace`` has no verdict, or is a parallel program's.
@@ -209,7 +218,7 @@ def shrink_by_replay(
         raise ValueError("shrinking by replay needs a sequential trace with a verdict")
     wall = trace.clock_mode == "wall"
     tries = WALL_TRIES if wall else 1
-    judge = _Judge(board, trace.verdict.clause, tries, time.monotonic() + seconds)
+    judge = _Judge(board, trace.verdict.clause, tries, time.monotonic() + seconds, stopped)
     first = len(trace.steps)
 
     def told(now: Trace) -> None:
@@ -239,7 +248,7 @@ def shrink_by_replay(
     if not cut:
         cut = not _merge_clock_moves(attempt, judge, lambda: best)
     failed = tried = 1
-    if wall:  # how often the trace kept fails, for the report
+    if wall and not stopped():  # how often the trace kept fails, for the report
         failed, last = replays_failing(best, board, WALL_TRIES)
         tried = WALL_TRIES
         judge.replays += WALL_TRIES
@@ -301,6 +310,7 @@ def shrink_failure(
     *,
     seconds: float,
     on_progress: ShrinkListener | None = None,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> tuple[Failure, Shrunk | None]:
     """``error``, a sequential run's failure as Hypothesis reported it, with its trace shrunk
     by replay on ``board`` within about ``seconds``: the failure a replay of the smallest
@@ -319,7 +329,9 @@ def shrink_failure(
         return error, None
     if report.is_fault or seconds <= 0:
         return error, None
-    shrunk = shrink_by_replay(trace, board, seconds=seconds, on_progress=on_progress)
+    shrunk = shrink_by_replay(
+        trace, board, seconds=seconds, on_progress=on_progress, stopped=stopped
+    )
     if shrunk.violation is None:
         return error, shrunk
     before, after = len(trace.steps), len(shrunk.trace.steps)
