@@ -527,7 +527,7 @@ def test_fuzz_exec_shrinks_a_failure_by_replay(
     """fuzz --exec shrinks a buggy command's failure by replay to a few steps, on the manual
     and the wall clock, and its printed replay command works as printed."""
     trace_dir = ["--trace-dir", str(tmp_path), "--database", str(tmp_path / "db")]
-    budgets = ["--budget", "60s", "--shrink-budget", "20s", "--seed", "3", "--quiet"]
+    budgets = ["--budget", "60s", "--shrink-budget", "60s", "--seed", "3", "--quiet"]
     run = ["fuzz", "--exec", exec_option("RenewWithoutTokenCheck"), "--clock", clock]
     assert main([*run, *budgets, *trace_dir]) == 1
     out = capsys.readouterr().out
