@@ -37,6 +37,7 @@ from taskboard._fuzz import (
 from taskboard._fuzz import resolve_target as _resolve_target
 from taskboard._fuzz.fleet_view import show_campaign
 from taskboard._fuzz.junit import JUnitRun, check_junit_path, remove_old_junit, write_junit_xml
+from taskboard._fuzz.report import run_notes
 from taskboard._fuzz.serving import process_server, serving
 from taskboard._fuzz.targets import exec_target
 from taskboard._operations import OPERATIONS, OPTIONAL_OPERATIONS
@@ -44,7 +45,7 @@ from taskboard._protocol.spares import end_spares
 from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._replay import missing_nemesis, replay_trace
-from taskboard.stateful._reports import InfrastructureFault
+from taskboard.stateful._reports import InfrastructureFault, refused_allowed_claim
 from taskboard.stateful._tracefile import (
     TRACE_DIR_ENV,
     TraceFileError,
@@ -458,18 +459,26 @@ def _summary(report: FuzzReport) -> str:
         verdict = "INTERRUPTED (Ctrl-C): no violation found so far"
     else:
         verdict = "no violation found"
+    found = "" if report.find_seconds is None else " to find it"
     lines = [
-        f"{report.examples} examples, {report.steps} steps in {report.seconds:.1f}s "
-        f"({report.steps_per_second:,.0f} steps/s, {report.workers} worker"
+        f"{report.examples} examples, {report.steps} steps in {report.finding_seconds:.1f}s"
+        f"{found} ({report.steps_per_second:,.0f} steps/s, {report.workers} worker"
         f"{'s' if report.workers != 1 else ''}): {verdict}",
     ]
+    lines += run_notes(report)
     if report.parallel_runs:
         lines.append(
             f"{report.parallel_programs} parallel programs ({report.parallel_runs} parallel "
             f"program runs, {report.programs_per_second:,.1f} programs/s)"
         )
-    if report.shrink_runs:
-        lines.append(f"then {report.shrink_runs} runs to shrink the failure to its trace")
+    if report.find_seconds is not None:
+        shrinking = [f"{report.shrink_runs} Hypothesis runs"] if report.shrink_runs else []
+        if report.replay_shrink:
+            shrinking.append(report.replay_shrink)
+        lines.append(
+            f"then {report.shrink_seconds:.1f}s to shrink it"
+            + (f": {'; '.join(shrinking)}" if shrinking else "")
+        )
     if report.shrink_cut:
         lines.append(
             "shrinking stopped at the shrink budget: the trace is the smallest found by then "
@@ -638,10 +647,15 @@ def _replay(args: argparse.Namespace) -> int:
         # time. On a board since fixed that is the fix; on the board that failed, a flaky bug.
         print(f"DID NOT RECUR: the recorded failure did not happen ({result.report})")
         if trace.clock_mode == "wall":
+            shortest = (  # only when the store refused a claim the model allowed
+                ", or fuzz with --shortest-lease if the store cannot honour leases as short as "
+                "the trace's (it refused a claim the model allowed)"
+                if refused_allowed_claim(trace.steps)
+                else ""
+            )
             print(
                 "  note: on the wall clock a replay cannot repeat the timing exactly (SPEC 7); "
-                "replay again, or fuzz with --shortest-lease if the store cannot honour leases "
-                "as short as the trace's"
+                f"replay again{shortest}"
             )
         return OK
     if result.passed:

@@ -100,7 +100,14 @@ def fuzz(
                 report = FuzzReport()
 
                 def tick() -> None:
-                    meter.show(report.examples, report.parallel_programs, report.steps, 0)
+                    found = int(report.find_seconds is not None)
+                    meter.show(
+                        report.examples,
+                        report.parallel_programs,
+                        report.steps,
+                        found,
+                        report.shrinking,
+                    )
 
                 run = Run.plan(
                     resolved,
@@ -122,6 +129,7 @@ def fuzz(
     report.clock_mode = config.clock_mode
     report.settings = settings_in_force(resolved, options.settings(resolved, None))
     report.races = races_of(config, options.mode)
+    report.shortest_lease, report.clients = config.shortest_lease, config.clients
     meter.close(
         report.examples, report.parallel_programs, report.steps, int(report.failure is not None)
     )

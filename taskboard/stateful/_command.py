@@ -8,6 +8,7 @@ nemesis steps it declared. Its ``durable`` is the machine's.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,11 +17,10 @@ from taskboard._contract import Task
 from taskboard._protocol.board import exec_board, split_command
 from taskboard._protocol.spares import hello_of
 from taskboard.stateful._hypothesis import key_database_by
+from taskboard.stateful._tracefile import EXEC_PREFIX
 
 __all__ = ["DEFAULT_TIMEOUT", "EXEC_PREFIX", "exec_machine"]
 
-#: How a fuzz target names a board command: ``exec:./myboard --flag``.
-EXEC_PREFIX = "exec:"
 #: How long a command may take to answer ``hello`` and each request, by default (seconds).
 DEFAULT_TIMEOUT = 10.0
 
@@ -48,12 +48,16 @@ def exec_machine(
     for op in ("restart_storage", "drop_connections"):
         if op in hello.ops:
             hooks[op] = lambda board, op=op: getattr(board, op)()
+    # A trace names the command, quoted as a shell would, so ``taskboard replay FILE`` runs it.
+    target = EXEC_PREFIX + shlex.join(argv)
     machine = base.for_board(
         make_board,
         close=lambda board: board.close(),
-        **{"durable": hello.durable, "trace_target": "", **attributes},
+        **{"durable": hello.durable, "trace_target": target, **attributes},
         **hooks,
     )
+    #: What the command declared in its hello (SPEC 10), which its traces record.
+    machine.declared_ops = tuple(hello.ops)
     name = " ".join(argv)
     machine.__name__ = machine.__qualname__ = f"ExecMachine[{hello.name or name}]"
     key_database_by(machine, f"{EXEC_PREFIX}{name}".encode())
