@@ -20,12 +20,14 @@ from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard
 from taskboard._driver import Driver, _Driven, close_driven, driven, make_driven
 from taskboard._protocol.board import exec_board, split_command
 from taskboard._protocol.spares import hello_of
+from taskboard._virtual._servers import VirtualServer
 from taskboard.model import ExpiredLeasePolicy
 from taskboard.stateful._config import wall_ttl_unit
 from taskboard.stateful._generation import grid_start
 from taskboard.stateful._machine import close_own
 from taskboard.stateful._session import sleep_until
 from taskboard.stateful._settings import default
+from taskboard.stateful._virtual_clock import virtual_clock
 
 __all__ = ["WALL_LONGEST_SLEEP", "WALL_TICK_UNITS", "ContractHarness", "OpenBoard"]
 
@@ -93,6 +95,9 @@ class ContractHarness:
     trace_dir: ClassVar[str | None] = default("trace_dir")
     machine_settings: ClassVar[settings | None] = None
     parallel_settings: ClassVar[settings | None] = None
+    #: With ``clock_mode = "virtual"``: the server whose clock the tests move
+    #: (``taskboard.servers.Redis()``, ``.Postgres()``, ``.NoServer()``).
+    server: ClassVar[VirtualServer | None] = None
 
     #: The clients :meth:`clients_of` opened and not yet closed, each with its board's driver.
     _clients_opened: list[tuple[Any, Driver]]
@@ -211,11 +216,24 @@ class ContractHarness:
 
     # -- fixtures ------------------------------------------------------------------------------
 
+    @pytest.fixture(scope="class", autouse=True)
+    def _stop_server(self) -> Iterator[None]:
+        """In virtual mode, the class's server (started on first use) stops after the class's
+        last test, however the tests ended."""
+        yield
+        stop = getattr(self.server, "stop", None)
+        if stop is not None:
+            stop()
+
     @pytest.fixture
     def clock(self) -> ManualClock:
-        """A manual clock on the resolution grid; in wall mode, one that sleeps to move."""
+        """A manual clock on the resolution grid; in wall mode, one that sleeps to move; in
+        virtual mode, one that moves the emptied server's clock with it (see
+        :func:`~taskboard.stateful._virtual_clock.virtual_clock`)."""
         if self.clock_mode == "wall":
             return _SleepingClock(self.tick, self.clock_skew + self.clock_resolution)
+        if self.clock_mode == "virtual":
+            return virtual_clock(self, grid_start(self.tick), self.tick)
         return ManualClock(grid_start(self.tick))
 
     @pytest.fixture

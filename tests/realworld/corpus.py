@@ -76,6 +76,9 @@ class Entry:
     virtual_examples: int = 0
     #: Run in virtual mode only: the wall-mode catch and pass tests (and ``main``) skip it.
     virtual_only: bool = False
+    #: Why the entry stays in wall mode (``virtual_examples`` 0); empty for every entry
+    #: that runs in virtual mode.
+    wall_only: str = ""
 
     @property
     def virtual_target(self) -> str:
@@ -106,6 +109,10 @@ CORPUS: tuple[Entry, ...] = (
         fixed="3.30.0",
         seed=2,
         shrink_budget="40s",
+        wall_only=(
+            "filelock judges a lease's age by the lock file's st_mtime, which the kernel "
+            "stamps on its own clock: no clock in the checker's process moves it"
+        ),
     ),
     Entry(
         "python-redis-lock-stale-release",
@@ -130,6 +137,7 @@ CORPUS: tuple[Entry, ...] = (
         fixed="3.0.0",
         redis=True,
         seed=2,
+        virtual_examples=60,
     ),
     Entry(
         "django-db-mutex-naive-utcnow",
@@ -139,6 +147,7 @@ CORPUS: tuple[Entry, ...] = (
         fixed="0.2.3",
         pins=("django==4.2.17", "asgiref==3.8.1", "sqlparse==0.5.3"),
         seed=2,
+        virtual_examples=100,
     ),
     Entry(
         "redis-py-oldlock-client-clocks",
@@ -149,6 +158,10 @@ CORPUS: tuple[Entry, ...] = (
         redis=True,
         seed=2,
         options=("--client-clock-skew", "20"),
+        wall_only=(
+            "client clocks that disagree (--client-clock-skew) are a wall-mode setting; the "
+            "same releases run in virtual mode as redis-py-oldlock-stale-release"
+        ),
     ),
     Entry(
         "aioredlock-decoded-script-sha",
@@ -160,6 +173,7 @@ CORPUS: tuple[Entry, ...] = (
         redis=True,
         seed=2,
         pass_examples=60,
+        virtual_examples=60,
     ),
     Entry(
         "sherlock-redis-renew-releases",
@@ -173,6 +187,7 @@ CORPUS: tuple[Entry, ...] = (
         catch_examples=60,
         pass_examples=15,
         deep=True,
+        virtual_examples=60,
     ),
     Entry(
         "fleetwright-release-without-owner",
@@ -183,6 +198,7 @@ CORPUS: tuple[Entry, ...] = (
         fixed_dist="fleetwright",
         seed=2,
         shrink_budget="40s",
+        virtual_examples=100,
     ),
     Entry(
         "python-redis-lock-extend-zero",
@@ -191,6 +207,7 @@ CORPUS: tuple[Entry, ...] = (
         buggy="3.5.0",
         fixed="3.6.0",
         pins=("redis==3.5.3",),
+        redis=True,
         seed=2,
         virtual_examples=100,
         # Wall mode reaches a ttl-0 renew of a live lease too rarely at whole-second leases.
