@@ -176,7 +176,7 @@ def test_an_exec_board_runs_on_a_virtual_server(tmp_path: Path, server: str) -> 
     """fuzz --exec CMD --clock virtual --server S: a board process that keeps its own time
     on set_time, its data on S (TASKBOARD_SERVER_URL, inherited), passes; one that reads
     S's clock and keeps a lease live at exactly its until is caught (exit 1), in a
-    virtual-mode trace."""
+    virtual-mode trace that replay --exec CMD --server S fails again."""
     _require(server)
     script = ROOT / "tests" / "protocol_boards.py"
 
@@ -201,6 +201,10 @@ def test_an_exec_board_runs_on_a_virtual_server(tmp_path: Path, server: str) -> 
     traces = list((tmp_path / "traces").glob("*.json"))
     assert traces, caught.stdout
     assert '"clock_mode": "virtual"' in traces[0].read_text(encoding="utf-8")
+    command = shlex.join([sys.executable, str(script), f"{server}-expiry-inclusive"])
+    replayed = _taskboard(tmp_path, "replay", str(traces[0]), "--exec", command, "--server", server)
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "FAIL:" in replayed.stdout
 
 
 def test_replay_on_a_server_needs_a_virtual_trace(
