@@ -1,6 +1,7 @@
 """BoardContract in virtual mode (issue 30): ``clock_mode = "virtual"`` and a ``server`` on a
 subclass run the whole suite with the server's clock on the tests' clock, the reference
 server-clock hosts passing it; the server starts once for the class and stops after it.
+With ``NoServer``, a board on this process's own clock passes it too.
 
 These skip without redis-server, PostgreSQL's binaries or a C compiler (and fail instead
 when CI sets ``TASKBOARD_REQUIRE_SERVERS=1``).
@@ -10,15 +11,17 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from datetime import timedelta
 
 import pytest
 from hypothesis import settings
 
 import taskboard.servers
-from taskboard import Board, Clock, Task
+from taskboard import Board, Clock, SystemClock, Task
 from taskboard._profiles import CI
 from taskboard._virtual import _postgres, _preload
 from taskboard.boardtest import BoardContract
+from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.postgres import PostgresBoard
 from taskboard.hosts.redis import RedisBoard
 from tests.conftest import unavailable
@@ -63,6 +66,21 @@ class TestRedisServerClockVirtualContract(BoardContract):
 
     def open_client(self, board: RedisBoard) -> RedisBoard:
         return board.open_client()
+
+
+class TestProcessTimeVirtualContract(BoardContract):
+    """A board that reads this process's wall clock (``datetime.now()``) and no server:
+    every test, the example tests included, runs its calls on the virtual clock."""
+
+    clock_mode = "virtual"
+    server = taskboard.servers.NoServer()
+    clock_resolution = timedelta(microseconds=1)
+    machine_settings = QUICK
+    parallel_settings = settings(QUICK, max_examples=10)
+    criteria_rounds = 5
+
+    def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+        return MemoryBoard(tasks, SystemClock())
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard
 from taskboard._driver import Driver, _Driven, close_driven, driven, make_driven
 from taskboard._protocol.board import exec_board, split_command
 from taskboard._protocol.spares import hello_of
+from taskboard._virtual._process_time import on_virtual_clock
 from taskboard._virtual._servers import VirtualServer
 from taskboard.model import ExpiredLeasePolicy
 from taskboard.stateful._config import wall_ttl_unit
@@ -68,6 +69,27 @@ class _SleepingClock(ManualClock):
 
     def __repr__(self) -> str:
         return "SystemClock()"
+
+
+class _OnVirtualClock:
+    """A driver whose calls run at the virtual clock's instant, as the machine's calls do in
+    virtual mode: a library's own ``time.time()`` and ``datetime.now()`` read ``clock``
+    (see :mod:`taskboard._virtual._process_time`)."""
+
+    def __init__(self, driver: Driver, clock: Clock) -> None:
+        self.driver = driver
+        self.clock = clock
+
+    @property
+    def wedged(self) -> bool:
+        return self.driver.wedged
+
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        with on_virtual_clock(self.clock.now()):
+            return self.driver.call(function, *args)
+
+    def close(self) -> None:
+        self.driver.close()
 
 
 class ContractHarness:
@@ -252,6 +274,8 @@ class ContractHarness:
             made, board, driver = make_driven(
                 self.make_board, (list(tasks), clock), self.call_timeout
             )
+            if self.clock_mode == "virtual":
+                board = driven(made, _OnVirtualClock(driver, clock))
             opened.append((made, driver))
             self._boards_made.append(made)
             return board

@@ -57,8 +57,10 @@ class BoardContract(SpecExamples):
       command's processes, too, keep their own time). With ``clock_mode = "virtual"`` set
       ``server`` too (``server = taskboard.servers.Redis()``, and ``make_board`` connects
       to ``self.server.url``): every test's clock, the machine's included, moves the
-      server's, on a server emptied first. The server starts on first use, once for the
-      class, and stops after its last test.
+      server's, on a server emptied first, and each board call reads that clock as this
+      process's time (``time.time()``, ``datetime.now()``). The server starts on first use,
+      once for the class, and stops after its last test; ``taskboard.servers.NoServer()``
+      starts none, for a board on this process's own clock.
     * ``machine_settings``: Hypothesis settings for the state-machine run;
       ``None`` (default) follows the loaded profile, so ``--hypothesis-profile``
       or ``settings.load_profile`` set the depth.
