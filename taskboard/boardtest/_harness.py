@@ -84,6 +84,10 @@ class _OnVirtualClock:
     def wedged(self) -> bool:
         return self.driver.wedged
 
+    @wedged.setter
+    def wedged(self, value: bool) -> None:
+        self.driver.wedged = value
+
     def call(self, function: Callable[..., Any], *args: Any) -> Any:
         with on_virtual_clock(self.clock.now()):
             return self.driver.call(function, *args)
