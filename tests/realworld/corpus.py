@@ -147,7 +147,7 @@ CORPUS: tuple[Entry, ...] = (
         fixed="0.2.3",
         pins=("django==4.2.17", "asgiref==3.8.1", "sqlparse==0.5.3"),
         seed=2,
-        virtual_examples=100,
+        virtual_examples=60,
     ),
     Entry(
         "redis-py-oldlock-client-clocks",
