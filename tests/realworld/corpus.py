@@ -9,6 +9,7 @@ interpreter, and neither meets the project's own redis-py.
 Run the whole corpus by hand (it prints the table of ``docs/real-bugs.md``)::
 
     TASKBOARD_REDIS_URL=redis://127.0.0.1:6379/0 python -m tests.realworld.corpus [--deep]
+    python -m tests.realworld.corpus --virtual   # every entry in virtual mode (no server URL)
 """
 
 from __future__ import annotations
@@ -369,16 +370,48 @@ def _row(entry: Entry, caught: FuzzResult, passed: FuzzResult) -> str:
     )
 
 
+def _print_virtual_row(entry: Entry, workdir: Path, seed: int) -> None:
+    """Run ``entry``'s two releases in virtual mode and print its row."""
+    if entry.wall_only:
+        print(
+            f"| {entry.dist} | {entry.buggy} → {entry.fixed} | wall mode only: {entry.wall_only} |"
+        )
+        return
+    results = [
+        fuzz(
+            entry.virtual_target,
+            install(entry.dist_of(version), version, entry.pins),
+            workdir / f"{entry.name}-{version}-{seed}-virtual",
+            seed=seed,
+            max_examples=entry.virtual_examples,
+            shrink_budget=entry.shrink_budget,
+            clock="virtual",
+        )
+        for version in (entry.buggy, entry.fixed)
+    ]
+    print(_row(entry, *results), flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--deep", action="store_true", help="also the slow (whole-second) entries")
     parser.add_argument("--only", help="run only the entry with this name")
     parser.add_argument("--seed", type=int, help="override each entry's seed")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.mkdtemp(prefix="corpus-")))
+    parser.add_argument(
+        "--virtual",
+        action="store_true",
+        help="run the entries in virtual mode (MODULE:virtual, each with its virtual_examples)",
+    )
     args = parser.parse_args(argv)
     print("| library | buggy → fixed | verdict | caught in | shrunk steps | fixed: exit |")
     print("| --- | --- | --- | --- | --- | --- |")
     for entry in CORPUS:
+        if args.virtual:  # every entry, the whole-second ones too: nothing sleeps
+            if args.only in (None, entry.name):
+                seed = entry.seed if args.seed is None else args.seed
+                _print_virtual_row(entry, args.workdir, seed)
+            continue
         if entry.virtual_only:
             continue
         if (entry.deep and not args.deep and args.only is None) or args.only not in (
