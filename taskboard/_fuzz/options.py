@@ -364,6 +364,7 @@ def check_virtual(target: Target, server: str | None = None) -> None:
     if server is None and getattr(target.machine, "server", None) is None:
         raise UsageError(
             f"--clock virtual needs a server whose clock it moves: --server redis|postgres, "
-            f"or a machine that names one (server = taskboard.servers.Redis() on the class); "
+            f"or a machine that names one (server = taskboard.servers.Redis() on the class, or "
+            f"taskboard.servers.NoServer() for a library on this process's clock); "
             f"{target.name} names none. See docs/wall-clock.md"
         )
