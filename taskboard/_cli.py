@@ -669,16 +669,13 @@ def _on_server(board: Any, server: str, clock_mode: str, target: str) -> type[Bo
     """``board``'s machine with this process's ``server`` (``--server``) as its server.
 
     Raises:
-        UsageError: the trace is not from virtual mode, ``target`` is an ``--exec`` board, or
-            ``server`` is no kind of server.
+        UsageError: the trace is not from virtual mode, or ``server`` is no kind of server.
     """
     if clock_mode != "virtual":
         raise UsageError(
             f"--server replays on a server on the checker's clock: this trace is from "
             f"{clock_mode!r} mode, not 'virtual'"
         )
-    if target.startswith(EXEC_PREFIX):
-        raise UsageError("--server moves a server's clock from this process, not an --exec one")
     machine = machine_of(board, target) or BoardMachine.for_board(board, trace_target=target)
     return type(machine.__name__, (machine,), {"server": process_server(server)})
 

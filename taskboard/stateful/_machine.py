@@ -193,11 +193,12 @@ class BoardMachine(RuleBasedStateMachine):
       gets a :class:`~taskboard.SystemClock` the board may ignore, clock rules sleep, and
       each call is judged on its window ``[before - clock_skew, after + clock_skew]``. An
       off-by-one at exactly ``until`` inside that window cannot be seen: prefer ``"manual"``
-      where the board can take an injected clock. ``"virtual"`` (Linux, Redis for now): as
-      ``"manual"``, and every move of the clock also moves the clock of the machine's
-      ``server`` (``server = taskboard.servers.Redis()``, whose ``url`` the board connects
-      to), so a store that keeps its own time is checked at exact instants; each example
-      starts on an emptied server, and an ``until`` up to one resolution past
+      where the board can take an injected clock. ``"virtual"``: as ``"manual"``, and every
+      move of the clock also moves the clock of the machine's ``server``
+      (``server = taskboard.servers.Redis()`` or ``.Postgres()``, Linux, whose ``url`` the
+      board connects to; ``.NoServer()`` for none), and each board call reads it as this
+      process's time, so a store that keeps its own time is checked at exact instants;
+      each example starts on an emptied server, and an ``until`` up to one resolution past
       ``now + ttl`` is accepted (a store keeps a key through its deadline tick).
     * ``clock_skew``: in wall mode, how far the board's clock may be from the machine's
       (default 1 ms; zero for a board that reads the machine's own clock).
