@@ -46,6 +46,7 @@ EXAMPLES: dict[str, Any] = {
     "call_timeout": timedelta(seconds=7),
     "tolerate_faults": (ConnectionError,),
     "parallel_processes": True,
+    "race_scheduling": "controlled",
     "durable": False,
     "nemesis": ("drop",),
     "trace_dir": "some/traces",

@@ -1,0 +1,58 @@
+"""Race mutants: broken SQLite boards whose bug shows only when racing threads interleave at
+their statements, with no pause planted to widen the window.
+
+Each class is a :class:`~taskboard.hosts.sqlite.SQLiteBoard` on a database *file* (each
+thread has a connection of its own) with ONE realistic bug, named in its docstring. Run
+alone, each is correct: it passes the sequential machine. The parallel mode catches it now
+and then when the operating system interleaves its threads; with
+``race_scheduling = "controlled"`` it is caught, shrunk and replayed exactly
+(docs/races.md). Do not use any of them to store anything.
+
+:data:`RACE_MUTANTS` lists every mutant in gallery order.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from taskboard._contract import ClaimRequest, Task
+from taskboard.hosts.client_mutants import _ClientMutant
+from taskboard.hosts.sqlite import SQLiteBoard, _micros
+
+__all__ = ["RACE_MUTANTS", "ReadOutsideTransactionClaim"]
+
+
+class ReadOutsideTransactionClaim(_ClientMutant):
+    """Bug: claim reads the task, checks it, and then writes, on a connection left at Python
+    sqlite3's default isolation: the module opens a transaction only before the first
+    ``INSERT`` or ``UPDATE``, so the ``SELECT`` ran outside it, and two claims that both read
+    the task open both take it (SPEC 3.1: one live lease per task). The code reads as one
+    transaction (a ``commit()`` at the end, a ``rollback()`` on error), which is why this
+    ships: a Python service's "check, then write, then commit" on its default connection."""
+
+    def _default_connection(self) -> sqlite3.Connection:
+        """This thread's connection at the sqlite3 module's default isolation level."""
+        conn: sqlite3.Connection | None = getattr(self._local, "default_isolation", None)
+        if conn is None:
+            conn = sqlite3.connect(self._path, timeout=self._timeout, check_same_thread=False)
+            with self._registry_lock:
+                self._connections.append(conn)
+            self._local.default_isolation = conn
+        return conn
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        conn = self._default_connection()
+        try:
+            now = _micros(self._clock.now())
+            task = self._get(conn, task_id)  # no transaction yet: the SELECT stands alone
+            self._check_claim(task, self._dep_states(conn, task), agent, now)
+            claimed = self._write_claim(conn, task_id, agent, now, request.ttl)  # BEGINs here
+            conn.commit()
+            return claimed
+        except BaseException:
+            conn.rollback()
+            raise
+
+
+#: Every race mutant, in gallery order.
+RACE_MUTANTS: tuple[type[SQLiteBoard], ...] = (ReadOutsideTransactionClaim,)
