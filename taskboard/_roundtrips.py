@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from taskboard._schedule import round_trip, under_control
 
@@ -104,7 +104,7 @@ class _Cursor(sqlite3.Cursor):
             lambda: sqlite3.Cursor.executemany(self, sql, seq_of_parameters),
         )
 
-    def executescript(self, sql_script: str, /) -> _Cursor:
+    def executescript(self, sql_script: str, /) -> sqlite3.Cursor:
         connection = self.connection
         assert isinstance(connection, _Connection)
         return _statement(
@@ -144,7 +144,7 @@ class _Connection(sqlite3.Connection):
     def rollback(self) -> None:
         _statement(self, "ROLLBACK", lambda: sqlite3.Connection.rollback(self))
 
-    def __exit__(self, kind: object, value: object, traceback: object) -> bool:
+    def __exit__(self, kind: object, value: object, traceback: object) -> Literal[False]:
         # As sqlite3's own: commit on success, roll back on an exception; here at points.
         if kind is None:
             self.commit()
@@ -208,7 +208,9 @@ def _patches() -> list[tuple[Any, str, Callable[..., Any]]]:
     if client is not None:
         redis_cls, pipeline = getattr(client, "Redis", None), getattr(client, "Pipeline", None)
         if redis_cls is not None:
-            name = "_execute_command" if hasattr(redis_cls, "_execute_command") else "execute_command"
+            name = (
+                "_execute_command" if hasattr(redis_cls, "_execute_command") else "execute_command"
+            )
             patches.append((redis_cls, name, _pointed(getattr(redis_cls, name), _command_label)))
         if pipeline is not None:
             for name, label in (

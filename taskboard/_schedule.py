@@ -22,6 +22,7 @@ participant is let go.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -190,12 +191,9 @@ class RaceScheduler:
                 continue
             if any(p.state == "free" for p in everyone):
                 # Someone runs free: it may release what the others wait for.
-                before = self.points_seen, sum(p.state == "done" for p in everyone)
+                before = self._events()
                 until = deadline if not waiting else min(deadline, time.monotonic() + 0.05)
-                changed = self._wait(
-                    until,
-                    lambda: (self.points_seen, sum(p.state == "done" for p in everyone)) != before,
-                )
+                changed = self._wait(until, functools.partial(self._changed_since, before))
                 if changed or not waiting:
                     if time.monotonic() >= deadline:
                         return
@@ -204,6 +202,13 @@ class RaceScheduler:
             victim = min(waiting, key=lambda i: (everyone[i].busy_since or 0, i))
             everyone[victim].give_up = True
             self._grant(victim, gave_up=True)
+
+    def _events(self) -> tuple[int, int]:
+        """What changes when a participant gets on: points reached, participants done."""
+        return self.points_seen, sum(p.state == "done" for p in self._participants)
+
+    def _changed_since(self, events: tuple[int, int]) -> bool:
+        return self._events() != events
 
     def _parked(self) -> bool:
         return self._granted < 0 and not any(p.state == "running" for p in self._participants)

@@ -19,7 +19,9 @@ from taskboard.races import yield_point
 Body = Callable[[int], None]
 
 
-def race(bodies: Sequence[Body], schedule: Sequence[int], step_timeout: float = 0.5) -> RaceScheduler:
+def race(
+    bodies: Sequence[Body], schedule: Sequence[int], step_timeout: float = 0.5
+) -> RaceScheduler:
     """Run ``bodies`` as participants of one controlled race with ``schedule``; the scheduler
     after every participant is done."""
     scheduler = RaceScheduler(len(bodies), schedule, step_timeout=step_timeout)
@@ -31,7 +33,9 @@ def race(bodies: Sequence[Body], schedule: Sequence[int], step_timeout: float = 
         finally:
             scheduler.leave()
 
-    threads = [threading.Thread(target=participant, args=(i,), daemon=True) for i in range(len(bodies))]
+    threads = [
+        threading.Thread(target=participant, args=(i,), daemon=True) for i in range(len(bodies))
+    ]
     with round_trip_points():
         for thread in threads:
             thread.start()
@@ -79,7 +83,10 @@ def test_one_schedule_gives_one_interleaving_every_time() -> None:
     assert len(set(outcomes)) == 1
     turns = outcomes[0][1]
     assert turns[0] == Turn(2, 0, "start")  # the first choice, 2, picks participant 2
-    assert {turn.point for turn in turns} == {"start", *(f"yield_point(step {s})" for s in range(3))}
+    assert {turn.point for turn in turns} == {
+        "start",
+        *(f"yield_point(step {s})" for s in range(3)),
+    }
 
 
 def test_a_participant_blocked_outside_its_points_runs_free_and_nothing_deadlocks() -> None:
@@ -171,7 +178,7 @@ def test_a_deadlock_in_sqlite_ends_with_the_longest_waiter_giving_up(tmp_path: P
 
     scheduler = race([read_then_write, read_then_write], [])
     assert len(errors) == 1
-    assert [turn for turn in scheduler.turns if turn.gave_up][0].agent == errors[0]
+    assert next(turn for turn in scheduler.turns if turn.gave_up).agent == errors[0]
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT v FROM t").fetchone() == (1,)
 

@@ -28,8 +28,7 @@ from hypothesis import settings as type_settings
 from hypothesis import strategies as st
 
 from taskboard._contract import Board, Task
-from taskboard._driver import CallTimeoutError
-from taskboard._driver import is_async_board
+from taskboard._driver import CallTimeoutError, is_async_board
 from taskboard._race import Lane, MakeCall, Preset, address_of, race_on_threads, worker_pool
 from taskboard._schedule import RaceScheduler, Turn
 from taskboard.model import (
@@ -487,7 +486,9 @@ def _interleaving(history: Sequence[Operation], turns: Turns, clients: bool) -> 
         again = " (again: the store was busy)" if turn.again else ""
         if turn.gave_up:
             again = " (the store was busy: gave up, as its busy timeout would)"
-        lines.append(f"  {number:>3}. {lane_name(turn.agent, clients)} {where}: {turn.point}{again}")
+        lines.append(
+            f"  {number:>3}. {lane_name(turn.agent, clients)} {where}: {turn.point}{again}"
+        )
     return lines
 
 

@@ -1,0 +1,170 @@
+"""The parallel mode with ``race_scheduling = "controlled"``: a race caught at the storage round
+trips is shrunk, reported with its interleaving and replayed exactly; correct boards pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from taskboard import Clock, Task
+from taskboard.hosts.memory import MemoryBoard
+from taskboard.hosts.race_mutants import RACE_MUTANTS, ReadOutsideTransactionClaim
+from taskboard.hosts.redis import RedisBoard
+from taskboard.hosts.sqlite import SQLiteBoard
+from taskboard.stateful import (
+    BoardMachine,
+    ContractViolation,
+    TraceFileError,
+    load_trace,
+    parse_trace,
+    replay_trace,
+    run_parallel_state_machine,
+    trace_to_json,
+    violations_in,
+)
+from taskboard.stateful._generation import TASK_IDS
+from taskboard.stateful._parallel import run_program
+from taskboard.stateful._steps import ClaimStep, ParallelProgram
+
+CONTROLLED = {"race_scheduling": "controlled"}
+
+
+def quick(examples: int) -> settings:
+    """Derandomized settings for ``examples`` programs, no database."""
+    return settings(
+        max_examples=examples, derandomize=True, database=None, deadline=None,
+        suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+    )  # fmt: skip
+
+
+def on_files(board: type[SQLiteBoard], directory: Path, **attributes: Any) -> type[BoardMachine]:
+    """A machine whose boards are ``board`` on a fresh file in ``directory`` each."""
+    paths = (directory / f"board{n}.db" for n in itertools.count())
+
+    def factory(tasks: list[Task], clock: Clock) -> SQLiteBoard:
+        return board(tasks, clock, next(paths))
+
+    return BoardMachine.for_board(factory, **attributes)
+
+
+#: Two threads that claim the first task at once, in turns from the first round trip.
+TWO_CLAIMS = ParallelProgram(
+    dict.fromkeys(TASK_IDS, ()),
+    (),
+    ((ClaimStep(TASK_IDS[0], "a1"),), (ClaimStep(TASK_IDS[0], "a2"),)),
+    schedule=(),
+)
+
+
+def test_a_controlled_race_fails_on_every_run_and_reports_its_interleaving(
+    tmp_path: Path,
+) -> None:
+    """Two claims taking turns at their statements both win on the read-outside-transaction
+    claim, on 10 runs of 10; the report lists each thread's statements in the order run."""
+    machine = on_files(ReadOutsideTransactionClaim, tmp_path, **CONTROLLED)
+    reports = []
+    for _ in range(10):
+        with pytest.raises(ContractViolation) as caught:
+            run_program(machine, TWO_CLAIMS, record=False)
+        reports.append(str(violations_in(caught.value)[0]))
+    report = reports[0]
+    assert "interleaving (controlled" in report
+    lines = report.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("interleaving")))
+    turns = [line.split(":", 1) for line in lines[start + 1 :] if line.startswith("    ")]
+    # Both read before either writes: thread 0's SELECT, thread 1's, then the INSERTs.
+    threads = [who.split(". ")[1].split(" #")[0] for who, _ in turns[2:5]]
+    assert threads == ["thread 0", "thread 1", "thread 0"]
+    statements = [what.split()[0] for _, what in turns[2:5]]
+    assert statements == ["SELECT", "SELECT", "INSERT"]
+
+
+def test_the_same_controlled_program_passes_on_the_reference_host(tmp_path: Path) -> None:
+    """The program that catches the mutant runs clean on SQLiteBoard (BEGIN IMMEDIATE), whose
+    second claim waits at its busy BEGIN and then is refused."""
+    machine = on_files(SQLiteBoard, tmp_path, **CONTROLLED)
+    assert run_program(machine, TWO_CLAIMS, record=False) is True
+
+
+def test_a_board_with_no_point_races_on_threads_as_before() -> None:
+    """MemoryBoard makes no round trip the scheduler sees: the controlled run says so, and
+    the parallel mode then runs the program's threads at once, as without control."""
+    machine = BoardMachine.for_board(MemoryBoard, **CONTROLLED)
+    assert run_program(machine, TWO_CLAIMS, record=False) is False
+    run_parallel_state_machine(machine, settings=quick(10))
+
+
+def test_a_program_schedule_travels_through_trace_files(tmp_path: Path) -> None:
+    """A controlled program's schedule is written to and read back from a trace file, an
+    uncontrolled one's stays absent, and a schedule that is not a list of counts is refused."""
+    machine = on_files(ReadOutsideTransactionClaim, tmp_path, **CONTROLLED)
+    program = dataclasses.replace(TWO_CLAIMS, schedule=(1, 0, 3))
+    with pytest.raises(ContractViolation) as caught:
+        run_program(machine, program, record=False)
+    recording = caught.value.recording
+    assert recording is not None
+    text = trace_to_json(recording)
+    assert parse_trace(text).program == program
+    document = json.loads(text)
+    document["program"]["schedule"] = [1, -2]
+    with pytest.raises(TraceFileError, match="schedule"):
+        parse_trace(json.dumps(document))
+    del document["program"]["schedule"]
+    program_read = parse_trace(json.dumps(document)).program
+    assert program_read is not None
+    assert program_read.schedule is None
+
+
+def test_a_correct_sqlite_board_gives_no_false_alarm_under_control(tmp_path: Path) -> None:
+    """SQLiteBoard under controlled scheduling: a few programs, no violation, no deadlock."""
+    run_parallel_state_machine(on_files(SQLiteBoard, tmp_path, **CONTROLLED), settings=quick(15))
+
+
+@pytest.mark.slow
+def test_controlled_scheduling_catches_shrinks_and_replays_the_race_exactly(
+    tmp_path: Path,
+) -> None:
+    """The read-outside-transaction claim is caught, shrunk to two threads of one claim each,
+    and its trace fails on the first run of each of 10 replays."""
+    machine = on_files(ReadOutsideTransactionClaim, tmp_path, trace_dir=str(tmp_path), **CONTROLLED)
+    with pytest.raises(ContractViolation) as caught:
+        run_parallel_state_machine(machine, settings=quick(200))
+    assert "interleaving (controlled" in str(violations_in(caught.value)[0])
+    trace = load_trace(next(tmp_path.glob("trace-*.json")))
+    program = trace.program
+    assert program is not None
+    assert program.schedule is not None
+    assert len(program.threads) == 2
+    assert sum(map(len, program.threads)) == 2
+    paths = (tmp_path / f"replay{n}.db" for n in itertools.count())
+    for _ in range(10):
+        result = replay_trace(
+            trace, lambda tasks, clock: RACE_MUTANTS[0](tasks, clock, next(paths))
+        )
+        assert not result.passed
+        assert result.steps_run == 1
+
+
+@pytest.fixture
+def redis_boards(redis_server_url: str) -> type[BoardMachine]:
+    """A controlled machine whose boards are RedisBoards on the test server, each its own."""
+
+    def factory(tasks: list[Task], clock: Clock) -> RedisBoard:
+        return RedisBoard(tasks, clock, redis_server_url)  # a board id of its own, deleted
+
+    return BoardMachine.for_board(factory, **CONTROLLED)
+
+
+@pytest.mark.slow
+def test_correct_boards_give_no_false_alarm_under_control(
+    tmp_path: Path, redis_boards: type[BoardMachine]
+) -> None:
+    """SQLiteBoard and RedisBoard, 100 controlled programs each: no violation, no deadlock."""
+    run_parallel_state_machine(on_files(SQLiteBoard, tmp_path, **CONTROLLED), settings=quick(100))
+    run_parallel_state_machine(redis_boards, settings=quick(100))
