@@ -19,6 +19,7 @@ import argparse
 import itertools
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -68,7 +69,7 @@ def run(
     board: type, mode: str, run_seed: int, max_examples: int, replays: int, directory: Path
 ) -> Catch | None:
     """One seed of one mode: the catch, or None when the race was not caught."""
-    factory = files(board, directory / f"{mode}-{run_seed}")
+    factory = files(board, directory / f"{board.__name__}-{mode}-{run_seed}")
     machine = BoardMachine.for_board(factory, race_scheduling=mode, trace_target="")
     programs: list[ParallelProgram] = []
     first: list[tuple[int, float]] = []
@@ -97,8 +98,15 @@ def run(
     try:
         run_parallel_state_machine(seed(run_seed)(machine), settings=run_settings)
     except ContractViolation as caught:
-        recorded = [v.recording for v in violations_in(caught) if v.recording is not None]
-        program = next(r.program for r in recorded if r.program is not None)
+        recorded = [
+            v.recording
+            for v in violations_in(caught)
+            if v.recording is not None and v.recording.program is not None
+        ]
+        if not recorded:  # the shrunk failure is a sequential one: no program to replay
+            print(f"    seed {run_seed} {mode}: {caught}", file=sys.stderr)
+            return Catch(first[0][0], first[0][1], 0, 0, 0)
+        program = recorded[0].program
         failing = 0
         for _ in range(replays):
             result = replay_trace(recorded[0], factory)

@@ -90,9 +90,9 @@ class _Cursor(sqlite3.Cursor):
     def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
         connection = self.connection
         assert isinstance(connection, _Connection)
-        sql = connection.taskboard_own_pragma(sql)
+        sent = connection.taskboard_own_pragma(sql)
         return _statement(
-            connection, _label(sql), lambda: sqlite3.Cursor.execute(self, sql, parameters)
+            connection, _label(sql), lambda: sqlite3.Cursor.execute(self, sent, parameters)
         )
 
     def executemany(self, sql: str, seq_of_parameters: Any, /) -> _Cursor:

@@ -104,6 +104,8 @@ class RaceScheduler:
         self.points_seen = 0
         #: How many choices of :attr:`choices` were read.
         self.choices_read = 0
+        #: How often a participant did not reach its next point in time and ran free.
+        self.ran_free = 0
         self._participants = [_Participant() for _ in range(participants)]
         self._condition = threading.Condition()
         self._granted = -1
@@ -182,6 +184,7 @@ class RaceScheduler:
                     for participant in everyone:
                         if participant.state == "running":
                             participant.state = "free"  # blocked in its store, or slow
+                            self.ran_free += 1
             if all(p.state == "done" for p in everyone):
                 return
             waiting = [i for i, p in enumerate(everyone) if p.state == "waiting"]

@@ -6,6 +6,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +172,37 @@ def test_correct_boards_give_no_false_alarm_under_control(
     """SQLiteBoard and RedisBoard, 100 controlled programs each: no violation, no deadlock."""
     run_parallel_state_machine(on_files(SQLiteBoard, tmp_path, **CONTROLLED), settings=quick(100))
     run_parallel_state_machine(redis_boards, settings=quick(100))
+
+
+class OwnedFileClaim(ReadOutsideTransactionClaim):
+    """The race mutant, removing its temporary directory when closed."""
+
+    def close(self) -> None:
+        super().close()
+        shutil.rmtree(Path(self._path).parent, ignore_errors=True)
+
+
+def read_outside_transaction_claim(tasks: list[Task], clock: Clock) -> SQLiteBoard:
+    """The race mutant on a fresh temporary file: a target for ``taskboard fuzz``."""
+    directory = tempfile.mkdtemp(prefix="taskboard-race-")
+    return OwnedFileClaim(tasks, clock, Path(directory) / "board.db")
+
+
+@pytest.mark.slow
+def test_fuzz_and_replay_from_the_command_line_with_controlled_scheduling(tmp_path: Path) -> None:
+    """``taskboard fuzz --race-scheduling controlled`` catches the race and reports its
+    interleaving; ``taskboard replay`` of its trace finds it again (exit 1 both)."""
+    target = "tests.test_controlled_races:read_outside_transaction_claim"
+    found = subprocess.run(
+        [sys.executable, "-m", "taskboard", "fuzz", target, "--parallel", "--race-scheduling",
+         "controlled", "--max-examples", "50", "--seed", "1", "--trace-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert "interleaving (controlled" in found.stdout
+    trace = next(tmp_path.glob("trace-*.json"))
+    replayed = subprocess.run(
+        [sys.executable, "-m", "taskboard", "replay", str(trace), "--board", target],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr

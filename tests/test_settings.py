@@ -63,6 +63,7 @@ FUZZ_EXAMPLES: dict[str, tuple[Any, object]] = {
     "call_timeout": (7.0, timedelta(seconds=7)),
     "tolerate_faults": (True, True),
     "parallel_processes": (True, True),
+    "race_scheduling": ("controlled", "controlled"),
     "nemesis": ("drop", ("drop",)),
     "trace_dir": ("some/traces", "some/traces"),
 }

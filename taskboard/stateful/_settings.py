@@ -367,6 +367,7 @@ SETTINGS: tuple[Setting, ...] = (
         "runs them; 'controlled', one at a time at their storage round trips, as drawn",
         config="race_scheduling",
         for_board=True,
+        fuzz=FuzzFlag("race_scheduling", str),
     ),
     Setting(
         "durable",
