@@ -23,6 +23,7 @@ participant is let go.
 from __future__ import annotations
 
 import functools
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -91,12 +92,24 @@ class RaceScheduler:
     from the one after the participant that ran last: a choice of 0 is round robin, and so
     is every choice after the list runs out, which keeps a participant that spins on a lock
     from starving the one holding it.
+
+    ``variant`` (from 1) adds to each choice a number of a fixed pseudo-random sequence of
+    its own, so that one drawn schedule gives several distinct interleavings; 0 adds none.
+    :attr:`realized` is what was picked at each choice, as a schedule that gives the same
+    interleaving with no variant.
     """
 
     def __init__(
-        self, participants: int, choices: Sequence[int], step_timeout: float = STEP_TIMEOUT
+        self,
+        participants: int,
+        choices: Sequence[int],
+        step_timeout: float = STEP_TIMEOUT,
+        variant: int = 0,
     ) -> None:
         self.choices = tuple(choices)
+        self._variation = random.Random(variant) if variant else None
+        #: The position picked at each choice: the schedule that repeats this interleaving.
+        self.realized: list[int] = []
         self.step_timeout = step_timeout
         #: Every turn, in order: the interleaving.
         self.turns: list[Turn] = []
@@ -224,8 +237,11 @@ class RaceScheduler:
         choice = 0
         if self.choices_read < len(self.choices):
             choice = self.choices[self.choices_read]
+        if self._variation is not None:
+            choice += self._variation.randrange(len(ordered))
         self.choices_read += 1
-        return ordered[choice % len(ordered)]
+        self.realized.append(choice % len(ordered))
+        return ordered[self.realized[-1]]
 
     def _grant(self, index: int, *, gave_up: bool = False) -> None:
         participant = self._participants[index]

@@ -113,8 +113,14 @@ def test_a_program_schedule_travels_through_trace_files(tmp_path: Path) -> None:
         run_program(machine, program, record=False)
     recording = caught.value.recording
     assert recording is not None
+    assert recording.program is not None
+    # What was picked at each choice among the two threads (3 is 1 of 2), then round robin.
+    realized = recording.program.schedule
+    assert realized is not None
+    assert realized[:3] == (1, 0, 1)
+    assert set(realized[3:]) <= {0}
     text = trace_to_json(recording)
-    assert parse_trace(text).program == program
+    assert parse_trace(text).program == recording.program
     document = json.loads(text)
     document["program"]["schedule"] = [1, -2]
     with pytest.raises(TraceFileError, match="schedule"):
@@ -125,9 +131,30 @@ def test_a_program_schedule_travels_through_trace_files(tmp_path: Path) -> None:
     assert program_read.schedule is None
 
 
+def test_a_variant_records_the_schedule_that_repeats_it(tmp_path: Path) -> None:
+    """A schedule that runs the threads one after the other passes; one of its variants
+    interleaves them and fails, and the schedule its report records fails with no variant,
+    on every run."""
+    machine = on_files(ReadOutsideTransactionClaim, tmp_path, **CONTROLLED)
+    serial = dataclasses.replace(TWO_CLAIMS, schedule=(0,) + (1,) * 20)
+    assert run_program(machine, serial, record=False) is True
+    for variant in range(1, 20):
+        try:
+            run_program(machine, serial, record=False, variant=variant)
+        except ContractViolation as violation:
+            recorded = violation.recording.program
+            break
+    else:
+        pytest.fail("no variant of the serial schedule interleaved the claims")
+    assert recorded.schedule != serial.schedule
+    for _ in range(5):
+        with pytest.raises(ContractViolation):
+            run_program(machine, recorded, record=False)
+
+
 def test_a_correct_sqlite_board_gives_no_false_alarm_under_control(tmp_path: Path) -> None:
     """SQLiteBoard under controlled scheduling: a few programs, no violation, no deadlock."""
-    run_parallel_state_machine(on_files(SQLiteBoard, tmp_path, **CONTROLLED), settings=quick(15))
+    run_parallel_state_machine(on_files(SQLiteBoard, tmp_path, **CONTROLLED), settings=quick(6))
 
 
 @pytest.mark.slow

@@ -174,9 +174,9 @@ def run_parallel_state_machine(
             the longest order found and the calls that cannot come next).
     """
 
-    def run_once(program: ParallelProgram) -> bool:
+    def run_once(program: ParallelProgram, variant: int = 0) -> bool:
         try:
-            return run_program(machine_cls, program)
+            return run_program(machine_cls, program, variant=variant)
         except ContractViolation:
             if not in_final_replay():
                 raise
@@ -189,7 +189,10 @@ def run_parallel_state_machine(
     def run(program: ParallelProgram) -> None:
         if program.schedule is not None:
             if run_once(program):
-                return  # a controlled race is decided by one run
+                # Controlled: each run is exact; the others are other interleavings of it.
+                for variant in range(1, RUNS_PER_PROGRAM):
+                    run_once(program, variant)
+                return
             # No point was seen: the board races as it does without control.
             program = dataclasses.replace(program, schedule=None)
         for _ in range(RUNS_PER_PROGRAM):
@@ -209,13 +212,15 @@ def run_parallel_state_machine(
 
 
 def run_program(
-    machine_cls: MachineClass, program: ParallelProgram, *, record: bool = True
+    machine_cls: MachineClass, program: ParallelProgram, *, record: bool = True, variant: int = 0
 ) -> bool:
     """Run one program once on a fresh board and check its concurrent history. True when its
     threads ran under control (it has a schedule and they reached scheduling points).
 
-    With ``record``, a violation in Hypothesis's final replay is written to the trace
-    directory, if one is configured.
+    ``variant`` (controlled programs only): another interleaving of the same schedule (see
+    :class:`~taskboard._schedule.RaceScheduler`); a violation's report and trace then hold
+    the schedule that repeats it with no variant. With ``record``, a violation in
+    Hypothesis's final replay is written to the trace directory, if one is configured.
     """
     session: Session | None = None
     try:
@@ -225,7 +230,10 @@ def run_program(
         session.observe(None)
         for step in program.prefix:
             step.run(session)
-        history, snapshot, turns = _run_threads(session, program.threads, program.schedule)
+        history, snapshot, scheduler = _run_threads(session, program, variant)
+        turns = tuple(scheduler.turns) if scheduler else ()
+        if scheduler:
+            program = dataclasses.replace(program, schedule=tuple(scheduler.realized))
         session.concurrent_calls.update(
             (op.call.op.value, "ambiguous" if op.outcome is None else op.outcome.error or "ok")
             for op in history
@@ -253,16 +261,18 @@ def run_program(
 
 
 def _attempts(program: ParallelProgram) -> int:
-    """How many runs tell whether ``program`` fails: one, when its race is controlled."""
-    return 1 if program.schedule is not None else 2 * RUNS_PER_PROGRAM
+    """How many runs tell whether ``program`` fails: its variants, when it is controlled."""
+    return RUNS_PER_PROGRAM if program.schedule is not None else 2 * RUNS_PER_PROGRAM
 
 
 def _rerun(
     machine_cls: MachineClass, program: ParallelProgram, *, attempts: int, record: bool
 ) -> None:
-    """Run ``program`` up to ``attempts`` times; its first violation propagates."""
-    for _ in range(attempts):
-        run_program(machine_cls, program, record=record)
+    """Run ``program`` up to ``attempts`` times (a controlled one's variants in turn); its
+    first violation propagates."""
+    controlled = program.schedule is not None
+    for attempt in range(attempts):
+        run_program(machine_cls, program, record=record, variant=attempt if controlled else 0)
 
 
 def _fails(machine_cls: MachineClass, program: ParallelProgram) -> bool:
@@ -303,25 +313,28 @@ def _move_into_prefix(
     return program
 
 
-#: A controlled race's turns, when it saw scheduling points (else empty).
+#: A controlled race's turns.
 Turns = tuple[Turn, ...]
 
 
 def _run_threads(
-    session: Session, threads: Sequence[Sequence[ProgramStep]], schedule: tuple[int, ...] | None
-) -> tuple[list[Operation], list[Any], Turns]:
+    session: Session, program: ParallelProgram, variant: int
+) -> tuple[list[Operation], list[Any], RaceScheduler | None]:
+    """The program's threads raced: the history, the snapshot after it, and the scheduler
+    when the race was controlled (a schedule, and scheduling points were reached)."""
+    threads = program.threads
     supported = [[step for step in steps if session.supports(step.op)] for steps in threads]
     if session.config.processes:
-        return (*_run_processes(session, supported), ())
+        return (*_run_processes(session, supported), None)
     makers = [
         [functools.partial(_thread_call, session, step) for step in steps] for steps in supported
     ]
     scheduler = None
-    if schedule is not None and not is_async_board(session.made_board):
-        scheduler = RaceScheduler(len(makers), schedule)
+    if program.schedule is not None and not is_async_board(session.made_board):
+        scheduler = RaceScheduler(len(makers), program.schedule, variant=variant)
     history, snapshot = _race_threads(session, makers, scheduler)
     seen = scheduler is not None and scheduler.points_seen > 0
-    return history, snapshot, tuple(scheduler.turns) if scheduler and seen else ()
+    return history, snapshot, scheduler if seen else None
 
 
 def _race_threads(
