@@ -188,8 +188,7 @@ class RaceScheduler:
         if not self._wait(deadline, lambda: all(p.state in ("waiting", "done") for p in everyone)):
             return
         while True:
-            running = [p for p in everyone if p.state == "running" or self._granted >= 0]
-            if running:
+            if not self._parked():
                 step_end = min(deadline, time.monotonic() + self.step_timeout)
                 if not self._wait(step_end, self._parked):
                     if time.monotonic() >= deadline:
