@@ -167,6 +167,9 @@ def test_controlled_scheduling_catches_shrinks_and_replays_the_race_exactly(
     with pytest.raises(ContractViolation) as caught:
         run_parallel_state_machine(machine, settings=quick(200))
     assert "interleaving (controlled" in str(violations_in(caught.value)[0])
+    page = next(tmp_path.glob("timeline-*.html")).read_text(encoding="utf-8")
+    assert "<h2>Interleaving</h2>" in page
+    assert ": SELECT id, title" in page
     trace = load_trace(next(tmp_path.glob("trace-*.json")))
     program = trace.program
     assert program is not None

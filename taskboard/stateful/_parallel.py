@@ -249,7 +249,9 @@ def run_program(
             report = record_failure(
                 session.run,
                 _report(session, program, history, result, turns),
-                timeline_html(history, result, clients=clients),
+                timeline_html(
+                    history, result, clients=clients, interleaving=_turns(history, turns, clients)
+                ),
                 record=record,
             )
             error = report.error()
@@ -480,29 +482,33 @@ def _report(
     return Report(verdict, None, tuple(session.trace), recording)
 
 
-def _interleaving(history: Sequence[Operation], turns: Turns, clients: bool) -> list[str]:
-    """The lines of a report that show a controlled race's interleaving: each turn, which
-    thread went on, in which of its calls, from which round trip."""
-    if not turns:
-        return []
+def _turns(history: Sequence[Operation], turns: Turns, clients: bool) -> list[str]:
+    """A controlled race's turns, one line each: which thread went on, in which of its calls
+    (its id in the history), from which round trip."""
     calls: dict[tuple[int, int], int] = {}
     for op in history:  # in each thread's order of calls
         calls[(op.thread, sum(1 for key in calls if key[0] == op.thread))] = op.id
-    lines = [
-        "",
-        "interleaving (controlled: one thread at a time, each turn from the round trip named "
-        "to the thread's next one; replayed exactly):",
-    ]
-    for number, turn in enumerate(turns, 1):
+    lines = []
+    for turn in turns:
         call = calls.get((turn.agent, turn.call))
         where = f"#{call}" if call is not None else f"call {turn.call + 1}"
         again = " (again: the store was busy)" if turn.again else ""
         if turn.gave_up:
             again = " (the store was busy: gave up, as its busy timeout would)"
-        lines.append(
-            f"  {number:>3}. {lane_name(turn.agent, clients)} {where}: {turn.point}{again}"
-        )
+        lines.append(f"{lane_name(turn.agent, clients)} {where}: {turn.point}{again}")
     return lines
+
+
+def _interleaving(history: Sequence[Operation], turns: Turns, clients: bool) -> list[str]:
+    """The lines of a report that show a controlled race's interleaving, numbered."""
+    if not turns:
+        return []
+    return [
+        "",
+        "interleaving (controlled: one thread at a time, each turn from the round trip named "
+        "to the thread's next one; replayed exactly):",
+        *(f"  {n:>3}. {line}" for n, line in enumerate(_turns(history, turns, clients), 1)),
+    ]
 
 
 def _describe(op: Operation, session: Session) -> str:
