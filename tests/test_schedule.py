@@ -232,3 +232,18 @@ def test_redis_commands_and_pipelines_are_points(redis_server_url: str) -> None:
     assert points[:2] == ["start", "SET taskboard-sched-0 0"]
     assert "WATCH taskboard-sched-0" in points
     assert any(point.startswith("pipeline: ") and "INCR" in point for point in points)
+
+
+def test_psycopg_statements_and_commits_are_points(postgres_server_url: str) -> None:
+    """psycopg 3's cursor and connection execute, and commit, each stop at a point."""
+    import psycopg
+
+    def body(index: int) -> None:
+        with psycopg.connect(postgres_server_url) as conn:
+            conn.execute("SELECT %s::int", (index,))
+            conn.commit()
+
+    scheduler = race([body, body], [])
+    points = [turn.point for turn in scheduler.turns if turn.agent == 1]
+    # The connection's own exit commits once more.
+    assert points == ["start", "SELECT %s::int", "COMMIT", "COMMIT"]
