@@ -46,6 +46,7 @@ from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._replay import missing_nemesis, replay_trace
 from taskboard.stateful._reports import InfrastructureFault, refused_allowed_claim
+from taskboard.stateful._settings import RACE_SCHEDULING
 from taskboard.stateful._tracefile import (
     TRACE_DIR_ENV,
     TraceFileError,
@@ -166,6 +167,14 @@ def _parser() -> argparse.ArgumentParser:
         help="run each thread of a parallel program in an OS process of its own, on a client "
         "it opens by unpickling the board (the board must pickle as a client of the same "
         "storage: a file path or a URL)",
+    )
+    fuzz_cmd.add_argument(
+        "--race-scheduling",
+        choices=RACE_SCHEDULING,
+        help="how the threads of a parallel program interleave: 'os', at once as the "
+        "operating system runs them; 'controlled', one at a time at their round trips to the "
+        "store, in an order drawn, shrunk and replayed exactly (default: the machine's "
+        "race_scheduling, os)",
     )
     fuzz_cmd.add_argument(
         "--call-timeout",
@@ -406,6 +415,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         trace_dir=args.trace_dir,
         mode="parallel" if args.parallel else args.mode,
         processes=args.processes,
+        race_scheduling=args.race_scheduling,
         call_timeout=args.call_timeout,
         tolerate_faults=args.tolerate_faults,
         clock=args.clock,

@@ -46,6 +46,7 @@ EXAMPLES: dict[str, Any] = {
     "call_timeout": timedelta(seconds=7),
     "tolerate_faults": (ConnectionError,),
     "parallel_processes": True,
+    "race_scheduling": "controlled",
     "durable": False,
     "nemesis": ("drop",),
     "trace_dir": "some/traces",
@@ -62,6 +63,7 @@ FUZZ_EXAMPLES: dict[str, tuple[Any, object]] = {
     "call_timeout": (7.0, timedelta(seconds=7)),
     "tolerate_faults": (True, True),
     "parallel_processes": (True, True),
+    "race_scheduling": ("controlled", "controlled"),
     "nemesis": ("drop", ("drop",)),
     "trace_dir": ("some/traces", "some/traces"),
 }

@@ -83,6 +83,8 @@ class FuzzOptions:
     shortest_lease: float | None = None
     #: SPEC 8: each thread of a parallel program in an OS process of its own.
     processes: bool = False
+    #: ``"os"`` or ``"controlled"`` (docs/races.md); ``None`` keeps the machine's.
+    race_scheduling: str | None = None
     #: SPEC 9: ``"restart,drop"``, ``"restart"``, ``"drop"`` or ``"none"``; ``None``: every
     #: hook the target defines.
     nemesis: str | None = None

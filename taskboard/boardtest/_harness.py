@@ -116,6 +116,7 @@ class ContractHarness:
     call_timeout: ClassVar[timedelta | None] = default("call_timeout")
     tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = default("tolerate_faults")
     parallel_processes: ClassVar[bool] = default("parallel_processes")
+    race_scheduling: ClassVar[str] = default("race_scheduling")
     durable: ClassVar[bool] = default("durable")
     nemesis: ClassVar[tuple[str, ...] | None] = default("nemesis")
     trace_dir: ClassVar[str | None] = default("trace_dir")

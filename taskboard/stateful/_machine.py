@@ -230,6 +230,12 @@ class BoardMachine(RuleBasedStateMachine):
     * ``parallel_processes``: SPEC 8, run each thread of a parallel program in an OS process
       of its own, on a client it opens by unpickling the board (default off; ``taskboard
       fuzz --processes``; see docs/clients.md).
+    * ``race_scheduling``: how the threads of a parallel program interleave. ``"os"`` (the
+      default) runs them at once, as the operating system schedules them; ``"controlled"``
+      runs them one at a time, switching only at their round trips to the store (sqlite3
+      statements, redis-py commands, psycopg statements, :func:`taskboard.yield_point`), in
+      an order Hypothesis draws, shrinks and replays exactly. A board with no such point
+      (an async one, one in processes) races as with ``"os"``; see docs/races.md.
     * ``durable``: SPEC 9, whether the board keeps everything it acknowledged across
       :meth:`restart_storage` (default ``True``). ``False``: after a restart it may show, per
       task, any state it held since the last restart; fences and tokens never repeat.
@@ -262,6 +268,7 @@ class BoardMachine(RuleBasedStateMachine):
     call_timeout: ClassVar[timedelta | None] = default("call_timeout")
     tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = default("tolerate_faults")
     parallel_processes: ClassVar[bool] = default("parallel_processes")
+    race_scheduling: ClassVar[str] = default("race_scheduling")
     durable: ClassVar[bool] = default("durable")
     nemesis: ClassVar[tuple[str, ...] | None] = default("nemesis")
     trace_dir: ClassVar[str | None] = default("trace_dir")

@@ -115,6 +115,8 @@ def _program_json(program: ParallelProgram) -> dict[str, Any]:
         "deps": {task: list(deps) for task, deps in program.deps.items()},
         "prefix": [step.to_json() for step in program.prefix],
         "threads": [[step.to_json() for step in steps] for steps in program.threads],
+        # Only a controlled race has one: older readers never see the key otherwise.
+        **({} if program.schedule is None else {"schedule": list(program.schedule)}),
     }
 
 
@@ -194,7 +196,15 @@ def _program(reader: _Reader, task_ids: Sequence[str]) -> ParallelProgram:
                 for i, op in enumerate(ops)
             )
         )
-    return ParallelProgram(deps, prefix, tuple(threads))
+    schedule = reader.get("schedule", list, optional=True)
+    if schedule is not None and not all(
+        isinstance(choice, int) and not isinstance(choice, bool) and choice >= 0
+        for choice in schedule
+    ):
+        raise reader.error("schedule", "expected a list of non-negative integers")
+    return ParallelProgram(
+        deps, prefix, tuple(threads), None if schedule is None else tuple(schedule)
+    )
 
 
 def parse_trace(text: str, source: str = "<trace>") -> Trace:
