@@ -1,3 +1,3 @@
-module taskboard
+module github.com/taskboard-contract/taskboard/go
 
 go 1.19

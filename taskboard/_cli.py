@@ -37,7 +37,7 @@ from taskboard._fuzz import (
 from taskboard._fuzz import resolve_target as _resolve_target
 from taskboard._fuzz.fleet_view import show_campaign
 from taskboard._fuzz.junit import JUnitRun, check_junit_path, remove_old_junit, write_junit_xml
-from taskboard._fuzz.report import RunHeader
+from taskboard._fuzz.report import RunHeader, run_notes
 from taskboard._fuzz.serving import process_server, serving
 from taskboard._fuzz.summary_json import summary_json, write_summary_json
 from taskboard._fuzz.targets import exec_target
@@ -47,7 +47,8 @@ from taskboard.model._model import EXPIRED_LEASE_POLICIES
 from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._replay import missing_nemesis, replay_trace
-from taskboard.stateful._reports import InfrastructureFault
+from taskboard.stateful._reports import InfrastructureFault, refused_allowed_claim
+from taskboard.stateful._settings import RACE_SCHEDULING
 from taskboard.stateful._tracefile import (
     TRACE_DIR_ENV,
     TraceFileError,
@@ -168,6 +169,14 @@ def _parser() -> argparse.ArgumentParser:
         help="run each thread of a parallel program in an OS process of its own, on a client "
         "it opens by unpickling the board (the board must pickle as a client of the same "
         "storage: a file path or a URL)",
+    )
+    fuzz_cmd.add_argument(
+        "--race-scheduling",
+        choices=RACE_SCHEDULING,
+        help="how the threads of a parallel program interleave: 'os', at once as the "
+        "operating system runs them; 'controlled', one at a time at their round trips to the "
+        "store, in an order drawn, shrunk and replayed exactly (default: the machine's "
+        "race_scheduling, os)",
     )
     fuzz_cmd.add_argument(
         "--call-timeout",
@@ -431,6 +440,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         trace_dir=args.trace_dir,
         mode="parallel" if args.parallel else args.mode,
         processes=args.processes,
+        race_scheduling=args.race_scheduling,
         call_timeout=args.call_timeout,
         tolerate_faults=args.tolerate_faults,
         clock=args.clock,
@@ -505,18 +515,26 @@ def _verdict_lines(report: FuzzReport) -> str:
         verdict = "INTERRUPTED (Ctrl-C): no violation found so far"
     else:
         verdict = "no violation found"
+    found = "" if report.find_seconds is None else " to find it"
     lines = [
-        f"{report.examples} examples, {report.steps} steps in {report.seconds:.1f}s "
-        f"({report.steps_per_second:,.0f} steps/s, {report.workers} worker"
+        f"{report.examples} examples, {report.steps} steps in {report.finding_seconds:.1f}s"
+        f"{found} ({report.steps_per_second:,.0f} steps/s, {report.workers} worker"
         f"{'s' if report.workers != 1 else ''}): {verdict}",
     ]
+    lines += run_notes(report)
     if report.parallel_runs:
         lines.append(
             f"{report.parallel_programs} parallel programs ({report.parallel_runs} parallel "
             f"program runs, {report.programs_per_second:,.1f} programs/s)"
         )
-    if report.shrink_runs:
-        lines.append(f"then {report.shrink_runs} runs to shrink the failure to its trace")
+    if report.find_seconds is not None:
+        shrinking = [f"{report.shrink_runs} Hypothesis runs"] if report.shrink_runs else []
+        if report.replay_shrink:
+            shrinking.append(report.replay_shrink)
+        lines.append(
+            f"then {report.shrink_seconds:.1f}s to shrink it"
+            + (f": {'; '.join(shrinking)}" if shrinking else "")
+        )
     if report.shrink_cut:
         lines.append(
             "shrinking stopped at the shrink budget: the trace is the smallest found by then "
@@ -712,10 +730,15 @@ def _replay(args: argparse.Namespace) -> int:
         # time. On a board since fixed that is the fix; on the board that failed, a flaky bug.
         print(f"DID NOT RECUR: the recorded failure did not happen ({result.report})")
         if trace.clock_mode == "wall":
+            shortest = (  # only when the store refused a claim the model allowed
+                ", or fuzz with --shortest-lease if the store cannot honour leases as short as "
+                "the trace's (it refused a claim the model allowed)"
+                if refused_allowed_claim(trace.steps)
+                else ""
+            )
             print(
                 "  note: on the wall clock a replay cannot repeat the timing exactly (SPEC 7); "
-                "replay again, or fuzz with --shortest-lease if the store cannot honour leases "
-                "as short as the trace's"
+                f"replay again{shortest}"
             )
         return OK
     if result.passed:
@@ -729,16 +752,13 @@ def _on_server(board: Any, server: str, clock_mode: str, target: str) -> type[Bo
     """``board``'s machine with this process's ``server`` (``--server``) as its server.
 
     Raises:
-        UsageError: the trace is not from virtual mode, ``target`` is an ``--exec`` board, or
-            ``server`` is no kind of server.
+        UsageError: the trace is not from virtual mode, or ``server`` is no kind of server.
     """
     if clock_mode != "virtual":
         raise UsageError(
             f"--server replays on a server on the checker's clock: this trace is from "
             f"{clock_mode!r} mode, not 'virtual'"
         )
-    if target.startswith(EXEC_PREFIX):
-        raise UsageError("--server moves a server's clock from this process, not an --exec one")
     machine = machine_of(board, target) or BoardMachine.for_board(board, trace_target=target)
     return type(machine.__name__, (machine,), {"server": process_server(server)})
 

@@ -36,6 +36,8 @@ from taskboard._callpath import Interceptor, Made, make_call
 from taskboard._clock import Clock, SystemClock
 from taskboard._contract import Board
 from taskboard._driver import DirectDriver, LoopDriver, driven, is_async_board, start_line
+from taskboard._roundtrips import round_trip_points
+from taskboard._schedule import RaceScheduler, note_call
 from taskboard.model._calls import Call
 
 __all__ = [
@@ -103,7 +105,8 @@ def _run_lane(
 ) -> None:
     """Make the participant's calls in order, each from its maker, into ``made``."""
     mine: dict[str, str] = {}
-    for make in makers:
+    for number, make in enumerate(makers):
+        note_call(number)
         record = make_call(make(mine), board, interceptors, clock)
         made.append(record)
         task = record.outcome.task
@@ -120,8 +123,10 @@ class _Runner:
         makers: Sequence[MakeCall],
         interceptors: Sequence[Interceptor],
         clock: Clock | None,
+        scheduler: RaceScheduler | None = None,
     ) -> None:
         self.board = board
+        self.scheduler = scheduler
         self.makers = makers
         self.interceptors = interceptors
         self.clock = clock
@@ -130,14 +135,21 @@ class _Runner:
         self.crash: BaseException | None = None
         self.done = threading.Event()
 
-    def run(self, barrier: threading.Barrier, timeout: float) -> None:
+    def run(self, barrier: threading.Barrier, timeout: float, index: int) -> None:
         try:
             try:
                 barrier.wait(timeout)
             except threading.BrokenBarrierError as broken:
                 self.started, self.crash = False, broken
                 return
-            _run_lane(self.board, self.makers, self.interceptors, self.clock, self.made)
+            if self.scheduler is None:
+                _run_lane(self.board, self.makers, self.interceptors, self.clock, self.made)
+                return
+            self.scheduler.enter(index)
+            try:
+                _run_lane(self.board, self.makers, self.interceptors, self.clock, self.made)
+            finally:
+                self.scheduler.leave()
         except BaseException as exc:  # SystemExit & co. would otherwise end the thread silently
             self.crash = exc
         finally:
@@ -158,6 +170,7 @@ def race_on_threads(
     clock: Clock | None = None,
     interceptors: Sequence[Interceptor] = (),
     names: Sequence[str] = (),
+    scheduler: RaceScheduler | None = None,
 ) -> list[Lane]:
     """Run participant ``i``'s ``makers[i]`` on ``boards[i]`` in a daemon thread of its own,
     all from one start line; wait for them until ``deadline`` (a ``time.monotonic()`` value),
@@ -168,23 +181,29 @@ def race_on_threads(
     participant makes a call. On a board driven on an event loop, every board must be
     driven by the first one's driver, whose start line holds the participants' first calls.
 
+    With a ``scheduler`` (for a synchronous board), the participants run one at a time at
+    their storage round trips (:mod:`taskboard._roundtrips`), as it chooses, instead.
+
     Raises:
         RuntimeError: a thread could not be started (the race is called off).
     """
     runners = [
-        _Runner(board, ops, interceptors, clock) for board, ops in zip(boards, makers, strict=True)
+        _Runner(board, ops, interceptors, clock, scheduler)
+        for board, ops in zip(boards, makers, strict=True)
     ]
     barrier = threading.Barrier(len(runners))
     threads = [
         threading.Thread(
             target=runner.run,
-            args=(barrier, timeout),
+            args=(barrier, timeout, i),
             name=names[i] if i < len(names) else f"taskboard: race participant {i}",
             daemon=True,  # a hung board must not block interpreter exit
         )
         for i, runner in enumerate(runners)
     ]
-    with start_line(boards[0] if boards else None, sum(1 for ops in makers if ops)):
+    controlled = round_trip_points() if scheduler else contextlib.nullcontext()
+    lined_up = 0 if scheduler else sum(1 for ops in makers if ops)
+    with controlled, start_line(boards[0] if boards else None, lined_up):
         try:
             for thread in threads:
                 thread.start()
@@ -193,6 +212,8 @@ def race_on_threads(
             raise
         if deadline is None:
             deadline = time.monotonic() + timeout
+        if scheduler is not None:
+            scheduler.run(deadline)
         for runner in runners:
             runner.done.wait(max(0.0, deadline - time.monotonic()))
         return [runner.lane() for runner in runners]

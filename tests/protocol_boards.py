@@ -2,7 +2,9 @@
 
     python tests/protocol_boards.py NAME [PATH]
 
-NAME is ``memory``, ``sqlite`` (a file board whose clients ``connect`` to PATH's file),
+NAME is ``memory``, a board on ``taskboard fuzz --server``'s store (``redis-own-time``,
+``postgres-server-clock``, ...: see ``ON_SERVER``), ``sqlite`` (a file board whose clients
+``connect`` to PATH's file),
 ``sqlite-split-claim`` (the same, with a claim that is atomic only inside one process),
 ``memory-undeclared`` (MemoryBoard declaring no ``expired_lease_policy`` in hello), a
 mutant of the gallery, or a misbehaving child: ``exit`` (dies at start), ``silent`` (never
@@ -34,6 +36,7 @@ PARENT = os.getppid()
 if PIDDIR and __name__ == "__main__":
     os.close(os.open(os.path.join(PIDDIR, str(os.getpid())), os.O_CREAT | os.O_WRONLY))
 
+import importlib
 import tempfile
 import threading
 import time
@@ -192,8 +195,45 @@ def main(name: str) -> None:
 
         serve(Undeclared, stdin=REQUESTS)
         return
+    if name in ON_SERVER:
+        board_class, factory = _on_server(name)
+        serve(factory, shape=board_class, stdin=REQUESTS)
+        return
     boards = {"memory": MemoryBoard, **{m.__name__: m for m in MUTANTS}}
     serve(boards[name], stdin=REQUESTS)
+
+
+def _on_server(name: str) -> tuple[type, Any]:
+    """The board class and factory of a board on ``fuzz --server``'s store (its URL in
+    ``TASKBOARD_SERVER_URL``): ``postgres-own-time`` and ``redis-own-time`` keep their own
+    time on the protocol's ``set_time`` (as a Go board does), the others read the server's
+    clock (``tests.virtual_boards``)."""
+    from taskboard.hosts.postgres import PostgresBoard
+    from taskboard.hosts.redis import RedisBoard
+
+    # This script's directory is the first on sys.path: the module next to it.
+    virtual_boards = importlib.import_module("virtual_boards")
+
+    store, kind = name.split("-", 1)
+    board_class = PostgresBoard if store == "postgres" else RedisBoard
+    if kind == "own-time":
+
+        def own_time(tasks: Sequence[Task], clock: Clock) -> Any:
+            return board_class(tasks, clock, os.environ["TASKBOARD_SERVER_URL"])
+
+        return board_class, own_time
+    return board_class, getattr(virtual_boards, name.replace("-", "_"))
+
+
+#: Boards on the ``--server``'s store (see :func:`_on_server`).
+ON_SERVER = (
+    "redis-own-time",
+    "redis-server-clock",
+    "redis-expiry-inclusive",
+    "postgres-own-time",
+    "postgres-server-clock",
+    "postgres-expiry-inclusive",
+)
 
 
 if __name__ == "__main__":

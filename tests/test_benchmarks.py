@@ -18,6 +18,12 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
         ("bench_linearizability.py", ["--sizes", "100"], "partition"),
         ("bench_faults.py", ["--examples", "3", "--timeout", "0.2"], "reported after"),
         ("bench_protocol.py", ["--examples", "2", "--rounds", "1"], "Python child"),
+        pytest.param(
+            "bench_races.py",
+            ["--seeds", "1", "--max-examples", "10", "--replays", "1", "--controls", "2"],
+            "false alarms",
+            marks=pytest.mark.slow,  # four catches, each shrunk: about a minute
+        ),
         (
             "bench_power.py",
             ["--seeds", "1", "--max-examples", "30", "--only", "WallClock,NonAtomicClaim"],

@@ -35,7 +35,9 @@ from taskboard.stateful._settings import SETTINGS
 MUTANT = "taskboard.hosts.mutants:OffByOneExpiry"
 MEMORY = "taskboard.hosts.memory:MemoryBoard"
 #: The first line of ``fuzz``'s summary.
-SUMMARY = re.compile(r"^(\d+) examples, (\d+) steps in [\d.]+s \(.*?, (\d+) workers?\): (.*)$")
+SUMMARY = re.compile(
+    r"^(\d+) examples, (\d+) steps in [\d.]+s(?: to find it)? \(.*?, (\d+) workers?\): (.*)$"
+)
 
 
 def taskboard(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -366,12 +366,13 @@ def test_the_virtual_clock_on_a_board_without_a_server_is_a_usage_error(
     assert "Traceback" not in err
 
 
-def test_the_virtual_clock_on_an_exec_board_is_a_usage_error(
+def test_the_virtual_clock_on_an_exec_board_without_a_server_is_a_usage_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """fuzz --exec CMD --clock virtual exits 2 before the run: the child keeps its own time."""
+    """fuzz --exec CMD --clock virtual without --server exits 2 before the run: the child
+    keeps its own time, and no server follows the clock."""
     argv = ["fuzz", "--exec", shlex.join(command("sqlite")), "--clock", "virtual"]
     assert main([*argv, "--budget", "5s"]) == 2
     err = capsys.readouterr().err
-    assert "an --exec board keeps the time of its own processes" in err
+    assert "--clock virtual on an --exec board needs --server redis|postgres" in err
     assert "Traceback" not in err

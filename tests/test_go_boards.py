@@ -1,17 +1,23 @@
-"""The Go reference board and its mutants (go/), checked through ``taskboard fuzz --exec``
-(SPEC 10): the reference passes, and each planted bug is caught."""
+"""The Go module (go/): the reference board and its mutants, checked through ``taskboard fuzz
+--exec`` (SPEC 10), the reference passing and each planted bug caught; ``protocoltest.Fuzz``
+failing ``go test`` on a planted bug with a trace that survives; and Go's ``Check`` agreeing
+with ``check()``."""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import shutil
 import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 
-from taskboard import ClaimRequest, Clock, ManualClock, SystemClock, Task
+from taskboard import ClaimRequest, Clock, Lease, ManualClock, State, SystemClock, Task, check
 from taskboard._cli import main
 from taskboard.protocol import exec_board
 from tests.conftest import unavailable
@@ -22,17 +28,28 @@ pytestmark = pytest.mark.slow
 TTL = timedelta(milliseconds=5)
 
 
-@pytest.fixture(scope="module")
-def fileboard(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The Go reference board, built from go/cmd/fileboard; a skip (a failure in CI) without Go."""
+#: No module is fetched: the Go code uses the standard library only.
+GO_ENV = {"GOFLAGS": "-mod=mod", "GOPROXY": "off"}
+
+
+def go_command() -> str:
+    """The go command; a skip (a failure in CI) without Go."""
     go = shutil.which("go")
     if go is None:
         unavailable("go is not installed (.ci/run installs Debian's golang-go)")
+    return go
+
+
+@pytest.fixture(scope="module")
+def fileboard(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Go reference board, built from go/cmd/fileboard."""
     built = tmp_path_factory.mktemp("go") / "fileboard"
-    # No module is fetched: the Go code uses the standard library only.
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off"}
+    env = {**os.environ, **GO_ENV}
     subprocess.run(
-        [go, "build", "-o", str(built), "./cmd/fileboard"], cwd=GO_MODULE, env=env, check=True
+        [go_command(), "build", "-o", str(built), "./cmd/fileboard"],
+        cwd=GO_MODULE,
+        env=env,
+        check=True,
     )
     return built
 
@@ -157,3 +174,138 @@ def test_the_criteria_race_one_go_process_per_agent(
     )
     result.assert_outcomes(failed=1)
     assert "winner" in result.stdout.str()
+
+
+def test_go_test_with_the_helper_fails_on_a_planted_bug_and_keeps_the_trace(
+    tmp_path: Path,
+) -> None:
+    """protocoltest.Fuzz under `go test`: the memboard with a release that ignores the token
+    fails its test with the checker's report, and the trace it names survives the run."""
+    traces = tmp_path / "traces"
+    env = {
+        **os.environ,
+        **GO_ENV,
+        "MEMBOARD_BUG": "release-ignores-token",
+        "TASKBOARD_TRACE_DIR": str(traces),
+        # This checkout's checker, whichever taskboard is on the PATH.
+        "TASKBOARD_COMMAND": f"{sys.executable} -m taskboard",
+        "TASKBOARD_FUZZ_ARGS": f"--database {tmp_path / 'examples'} --shrink-budget 20s",
+    }
+    test = [go_command(), "test", "-count=1", "-run", "TestMemboardKeepsTheContract"]
+    result = subprocess.run(
+        [*test, "./memboard"], cwd=GO_MODULE, env=env, capture_output=True, text=True
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "--- FAIL: TestMemboardKeepsTheContract" in out
+    assert "taskboard fuzz found a contract violation" in out
+    assert "SPEC 3.2" in out
+    kept = list(traces.glob("*.json"))
+    assert len(kept) == 1, out
+    assert f"the trace is kept in {kept[0]}" in out
+    serve = "TASKBOARD_GO_SERVE=TestMemboardKeepsTheContract"
+    assert f"go test -c -o board.test && {serve} taskboard replay {kept[0]} --exec" in out
+
+    # The replay the message gives: the test binary as the board replays the violation.
+    binary = tmp_path / "board.test"
+    build = [*test[:2], "-c", "-o", str(binary), "./memboard"]
+    subprocess.run(build, cwd=GO_MODULE, env=env, check=True)
+    board = f"{binary} -test.run=^TestMemboardKeepsTheContract$"
+    replay = [sys.executable, "-m", "taskboard", "replay", str(kept[0]), "--exec", board]
+    env["TASKBOARD_GO_SERVE"] = "TestMemboardKeepsTheContract"
+    replayed = subprocess.run(replay, env=env, capture_output=True, text=True)
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "SPEC 3.2" in replayed.stdout
+
+
+#: A Go program that prints taskboard.Check's problems for each snapshot it reads.
+GO_CHECK_MAIN = """package main
+
+import (
+\t"encoding/json"
+\t"os"
+
+\ttaskboard "github.com/taskboard-contract/taskboard/go"
+)
+
+func main() {
+\tvar snapshots [][]taskboard.Task
+\tif err := json.NewDecoder(os.Stdin).Decode(&snapshots); err != nil {
+\t\tpanic(err)
+\t}
+\tfound := make([][]taskboard.Problem, len(snapshots))
+\tfor i, tasks := range snapshots {
+\t\tfound[i] = taskboard.Check(tasks)
+\t}
+\tif err := json.NewEncoder(os.Stdout).Encode(found); err != nil {
+\t\tpanic(err)
+\t}
+}
+"""
+
+
+def random_snapshot(rng: random.Random) -> list[Task]:
+    """A small snapshot with every kind of fault: repeated and empty ids, unknown states and
+    dependencies, self loops, cycles, and holders where they do not belong."""
+    ids = ["a", "b", "c", "d", "e", ""]
+    states = ["open", "claimed", "done", "failed", "lost"]
+    tasks = []
+    for _ in range(rng.randint(0, 9)):
+        lease = None
+        if rng.random() < 0.5:
+            # A present lease has a fence: Go's zero Lease (no token, fence 0) is no lease.
+            lease = Lease(rng.choice(["", "tok"]), rng.randint(1, 3), None)
+        tasks.append(
+            Task(
+                rng.choice(ids[:-1] if rng.random() < 0.95 else ids),
+                deps=tuple(rng.choices(["a", "b", "c", "d", "e", "x", "y"], k=rng.randint(0, 3))),
+                state=State(s) if (s := rng.choice(states)) != "lost" else cast(State, s),
+                owner=rng.choice(["", "", "w1"]),
+                lease=lease,
+            )
+        )
+    return tasks
+
+
+def test_go_check_agrees_with_python_check(tmp_path: Path) -> None:
+    """taskboard.Check in Go reports what check() reports on 1,500 random snapshots: the
+    same problems in the same order, the texts alike but for Go's quotes."""
+    rng = random.Random(34)
+    snapshots = [random_snapshot(rng) for _ in range(1500)]
+    wire = [
+        [
+            {
+                "id": t.id,
+                "deps": list(t.deps),
+                "state": str(t.state),
+                "owner": t.owner,
+                "lease": None
+                if t.lease is None
+                else {"token": t.lease.token, "fence": t.lease.fence},
+            }
+            for t in tasks
+        ]
+        for tasks in snapshots
+    ]
+    program = tmp_path / "checkjson"
+    program.mkdir()
+    (program / "main.go").write_text(GO_CHECK_MAIN)
+    (program / "go.mod").write_text(
+        "module checkjson\n\ngo 1.19\n\n"
+        "require github.com/taskboard-contract/taskboard/go v0.0.0\n\n"
+        f"replace github.com/taskboard-contract/taskboard/go => {GO_MODULE}\n"
+    )
+    env = {**os.environ, **GO_ENV}
+    result = subprocess.run(
+        [go_command(), "run", "."],
+        cwd=program,
+        env=env,
+        input=json.dumps(wire),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    go_found = json.loads(result.stdout)
+    for tasks, in_go in zip(snapshots, go_found, strict=True):
+        in_python = [(p.task, p.code.value, p.text.replace("'", '"')) for p in check(tasks)]
+        assert [(p["Task"], p["Code"], p["Text"]) for p in in_go or []] == in_python, tasks

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import py_compile
+import runpy
 import shlex
 import sys
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +34,10 @@ from taskboard.boardtest import BoardContract
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import RenewWithoutTokenCheck
 from taskboard.hosts.sqlite import SQLiteBoard
-from taskboard.model import ContractViolation
+from taskboard.model import Call, ContractViolation, Op
 from taskboard.protocol import ExecStartError, ProtocolError, end_spares, exec_board, serve
-from taskboard.stateful import BoardMachine
+from taskboard.stateful import BoardMachine, load_trace, write_trace
+from taskboard.stateful._session import Session, end_example
 
 TICK = timedelta(milliseconds=1)
 SCRIPT = Path(__file__).with_name("protocol_boards.py")
@@ -489,3 +492,80 @@ def test_a_client_process_hears_the_clock_mode_when_it_connects(
     assert connect["clock"] == init["clock"] == mode
     assert isinstance(connect["now"], int)
     assert connect["now"] >= init["now"]
+
+
+# -- traces of a board command: replay as printed, and its regression test ----------------------
+
+
+def exec_trace(tmp_path: Path, name: str) -> Path:
+    """The trace of a renew with a never-issued token on the board command ``name``, written
+    where a failing run writes it."""
+    machine = BoardMachine.for_command(command(name))
+    session = Session(machine(), [Task("t1")], datetime(2026, 1, 1, tzinfo=UTC))
+    try:
+        session.perform(Call(Op.CLAIM, "t1", agent="a1", ttl=5 * TICK))
+        with pytest.raises(ContractViolation) as caught:
+            session.perform(Call(Op.RENEW, "t1", token="never-issued", ttl=5 * TICK))
+    finally:
+        end_example(session)
+    recording = caught.value.recording
+    assert recording is not None
+    return write_trace(recording, tmp_path)
+
+
+def test_an_exec_trace_names_its_command_and_declared_ops(tmp_path: Path) -> None:
+    """A board command's trace names it as its target, quoted as a shell would, with the
+    clock mode and the ops its hello declared."""
+    trace = load_trace(exec_trace(tmp_path, "RenewWithoutTokenCheck"))
+    assert trace.target == "exec:" + shlex.join(command("RenewWithoutTokenCheck"))
+    assert set(trace.declared_ops or ()) == {"renew", "fail"}
+    assert trace.clock_mode == "manual"
+
+
+def test_the_printed_replay_of_an_exec_trace_works_verbatim(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``taskboard replay FILE`` of an --exec trace, with nothing else, runs the command it
+    names and fails again: exit 1."""
+    path = exec_trace(tmp_path, "RenewWithoutTokenCheck")
+    assert main(["replay", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out
+    assert "SPEC 3.5" in out
+
+
+def test_emit_test_of_an_exec_trace_compiles_fails_on_the_bug_and_passes_when_fixed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--emit-test of an --exec trace writes a module that compiles, with the command as a
+    quoted string; its test fails on the buggy command and passes on a fixed one."""
+    path = exec_trace(tmp_path, "RenewWithoutTokenCheck")
+    emitted = tmp_path / "test_regression.py"
+    assert main(["replay", str(path), "--emit-test", str(emitted)]) == 1
+    py_compile.compile(str(emitted), doraise=True)
+    source = emitted.read_text(encoding="utf-8")
+    assert f"COMMAND = {shlex.join(command('RenewWithoutTokenCheck'))!r}" in source
+    buggy = runpy.run_path(str(emitted))
+    with pytest.raises(AssertionError, match=r"SPEC 3\.5"):
+        buggy["test_replays_spec_3_5"]()
+    fixed = tmp_path / "test_fixed.py"
+    fixed.write_text(source.replace("RenewWithoutTokenCheck", "memory"), encoding="utf-8")
+    runpy.run_path(str(fixed))["test_replays_spec_3_5"]()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clock", ["manual", "wall"])
+def test_fuzz_exec_shrinks_a_failure_by_replay(
+    clock: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fuzz --exec shrinks a buggy command's failure by replay to a few steps, on the manual
+    and the wall clock, and its printed replay command works as printed."""
+    trace_dir = ["--trace-dir", str(tmp_path), "--database", str(tmp_path / "db")]
+    budgets = ["--budget", "60s", "--shrink-budget", "60s", "--seed", "3", "--quiet"]
+    run = ["fuzz", "--exec", exec_option("RenewWithoutTokenCheck"), "--clock", clock]
+    assert main([*run, *budgets, *trace_dir]) == 1
+    out = capsys.readouterr().out
+    assert "shrunk by replay from" in out
+    printed = out.rsplit("replay it with: taskboard ", 1)[1].split()
+    assert len(load_trace(printed[1]).steps) <= 5
+    assert main(printed) == 1

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import taskboard
 from taskboard import Code
+from taskboard._operations import OPERATIONS
+from taskboard._protocol.spares import OPTIONAL_OPS
 
 PACKAGE = Path(taskboard.__file__).resolve().parent
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -126,3 +128,22 @@ def test_every_check_code_is_described_in_section_4() -> None:
     assert section, "docs/spec.md has no section 4"
     missing = [code.value for code in Code if f"`{code.value}`" not in section.group()]
     assert not missing, f"section 4 of docs/spec.md does not name {missing}"
+
+
+def test_the_protocol_ops_are_listed_once_with_links_both_ways() -> None:
+    """protocol.md's Operations table lists every op the checker can send, spec.md's section
+    10 links to it instead of listing them, and the table's section links back."""
+    protocol = (DOCS / "protocol.md").read_text(encoding="utf-8")
+    assert "operations" in anchors(protocol)
+    operations = re.search(r"^## Operations\n.*?(?=^## )", protocol, re.MULTILINE | re.DOTALL)
+    assert operations, "docs/protocol.md has no Operations section"
+    table = re.findall(r"^\| (`[^|]*`) \|", operations.group(), re.MULTILINE)
+    listed = {op for cell in table for op in re.findall(r"`(\w+)`", cell)}
+    sent = {"hello", "init", "set_time", "list", "close", *OPTIONAL_OPS}
+    sent |= {row.protocol_op for row in OPERATIONS if row.protocol_op}
+    assert sent <= listed, f"ops missing from protocol.md's table: {sorted(sent - listed)}"
+    assert "spec.md#10-boards-in-any-language" in operations.group()
+    section = re.search(r"^## 10 .*", spec_text(), re.MULTILINE | re.DOTALL)
+    assert section, "docs/spec.md has no section 10"
+    assert "protocol.md#operations" in section.group()
+    assert "| `hello`" not in section.group(), "spec.md lists the ops a second time"

@@ -337,3 +337,15 @@ def test_chromium_takes_a_screenshot_of_the_page(tmp_path: Path) -> None:
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", png[16:24]) == (1300, 900)
+
+
+def test_a_controlled_race_lists_its_interleaving_in_order_escaped() -> None:
+    """With an interleaving, the page lists each turn in order, HTML-escaped; without one it
+    has no such section."""
+    history, result = race()
+    turns = ["thread 0 #0: start", "thread 1 #1: SELECT v FROM t WHERE k < 3"]
+    page = timeline_html(history, result, interleaving=turns)
+    assert "<h2>Interleaving</h2>" in page
+    assert page.index("thread 0 #0: start") < page.index("SELECT v FROM t WHERE k &lt; 3")
+    assert page.endswith("</ol></body></html>\n")
+    assert "Interleaving" not in timeline_html(history, result)

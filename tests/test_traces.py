@@ -428,7 +428,23 @@ BAD_FIELDS = [
         "steps[0].ttl_us",
         id="huge-ttl",
     ),
+    pytest.param(
+        _set(["declared_ops"], ["renew", 3]),
+        "declared_ops: expected a list of op names",
+        id="declared-ops",
+    ),
 ]
+
+
+def test_declared_ops_round_trip_and_a_trace_without_them_reads_as_none() -> None:
+    """A board command's declared ops are written and read back; a trace from before
+    version 5 (no ``declared_ops``) reads with none."""
+    trace = dataclasses.replace(sample_trace(), declared_ops=("renew", "connect"))
+    assert parse_trace(trace_to_json(trace)).declared_ops == ("renew", "connect")
+    document = json.loads(trace_to_json(sample_trace()))
+    del document["declared_ops"]
+    document["version"] = 4
+    assert parse_trace(json.dumps(document)).declared_ops is None
 
 
 @pytest.mark.parametrize(("mutate", "message"), BAD_FIELDS)

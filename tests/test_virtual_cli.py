@@ -8,6 +8,7 @@ The runs skip without redis-server, PostgreSQL or a C compiler (and fail instead
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -167,6 +168,43 @@ def test_a_boundary_mutant_is_found_by_a_virtual_fuzz_run(tmp_path: Path, server
     assert serverless.returncode == 2, serverless.stdout + serverless.stderr
     assert "pass --server redis|postgres" in serverless.stderr
     assert "Traceback" not in serverless.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server", ["redis", "postgres"])
+def test_an_exec_board_runs_on_a_virtual_server(tmp_path: Path, server: str) -> None:
+    """fuzz --exec CMD --clock virtual --server S: a board process that keeps its own time
+    on set_time, its data on S (TASKBOARD_SERVER_URL, inherited), passes; one that reads
+    S's clock and keeps a lease live at exactly its until is caught (exit 1), in a
+    virtual-mode trace that replay --exec CMD --server S fails again."""
+    _require(server)
+    script = ROOT / "tests" / "protocol_boards.py"
+
+    def exec_fuzz(board: str, *more: str) -> subprocess.CompletedProcess[str]:
+        command = shlex.join([sys.executable, str(script), f"{server}-{board}"])
+        return _taskboard(
+            tmp_path,
+            "fuzz", "--exec", command, "--clock", "virtual", "--server", server,
+            "--mode", "sequential", "--budget", "60s", "--seed", "1",
+            "--trace-dir", str(tmp_path / "traces"), "--database", str(tmp_path / board),
+            *more,
+        )  # fmt: skip
+
+    passed = exec_fuzz("own-time", "--max-examples", "10")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    match = SUMMARY.match(passed.stdout.splitlines()[0])
+    assert match is not None, passed.stdout
+    assert int(match.group(1)) == 10, passed.stdout
+    caught = exec_fuzz("expiry-inclusive", "--shrink-budget", "5s")
+    assert caught.returncode == 1, caught.stdout + caught.stderr
+    assert "contract violation" in caught.stdout, caught.stdout
+    traces = list((tmp_path / "traces").glob("*.json"))
+    assert traces, caught.stdout
+    assert '"clock_mode": "virtual"' in traces[0].read_text(encoding="utf-8")
+    command = shlex.join([sys.executable, str(script), f"{server}-expiry-inclusive"])
+    replayed = _taskboard(tmp_path, "replay", str(traces[0]), "--exec", command, "--server", server)
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "FAIL:" in replayed.stdout
 
 
 def test_replay_on_a_server_needs_a_virtual_trace(

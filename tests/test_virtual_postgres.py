@@ -117,17 +117,26 @@ def test_a_forward_jump_fires_no_timeout(server: taskboard.servers.Postgres) -> 
         assert connection.execute("SELECT clock_timestamp()").fetchone() == (server.now(),)
 
 
-def test_flush_leaves_an_empty_database(server: taskboard.servers.Postgres) -> None:
-    """flush drops every table of the previous example and leaves public usable."""
+def test_flush_empties_every_table_and_restarts_every_sequence(
+    server: taskboard.servers.Postgres,
+) -> None:
+    """flush deletes every row of the previous example, in tables that reference each other
+    too, and restarts the sequences; the tables stay, usable."""
     with psycopg.connect(server.url, autocommit=True) as connection:
-        connection.execute("CREATE TABLE leftover (a int)")
+        connection.execute("CREATE TABLE parent (id serial PRIMARY KEY)")
+        connection.execute('CREATE TABLE "child\'s" (parent int REFERENCES parent (id), note text)')
+        connection.execute("INSERT INTO parent DEFAULT VALUES")
+        connection.execute("""INSERT INTO "child's" VALUES (1, 'left over')""")
         server.flush()
-        tables = connection.execute(
-            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+        counts = connection.execute(
+            """SELECT (SELECT count(*) FROM parent), (SELECT count(*) FROM "child's")"""
         ).fetchone()
-        assert tables == (0,)
-        connection.execute("CREATE TABLE fresh (a int)")
-    server.flush()
+        assert counts == (0, 0)
+        assert connection.execute("INSERT INTO parent DEFAULT VALUES RETURNING id").fetchone() == (
+            1,
+        )
+        connection.execute('DROP TABLE "child\'s", parent')
+    server.flush()  # nothing to empty
 
 
 def test_a_missing_postgres_is_a_server_start_error(tmp_path: Path) -> None:

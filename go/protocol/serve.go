@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"taskboard/taskboard"
+	taskboard "github.com/taskboard-contract/taskboard/go"
 )
 
 // Clock is the time a board reads: the protocol's set_time in manual mode, the system clock
@@ -35,7 +35,8 @@ type Host struct {
 	Connect func(storage string, clock Clock) (taskboard.Board, error)
 	// Remove, when set, removes the storage New made; run on close by the process that ran init.
 	Remove func(storage string) error
-	// NoRenew and NoFail say the board has no Renew or Fail, so hello does not declare them.
+	// NoRenew and NoFail say the board has no Renew or Fail: hello does not declare them,
+	// and the op is answered unsupported.
 	NoRenew, NoFail bool
 }
 
@@ -167,20 +168,55 @@ func (s *server) ops() []string {
 	return ops
 }
 
-func (s *server) handle(ctx context.Context, r request) (map[string]any, error) {
+// reply is one answer line. Exactly one of the results is set on a successful op that has
+// one; a failed op sets Error and Message, and an op without a result sets none.
+type reply struct {
+	ID      int64  `json:"id"`
+	OK      bool   `json:"ok"`
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+	*helloResult
+	*initResult
+	*taskResult
+	*listResult
+}
+
+type helloResult struct {
+	Protocol int      `json:"protocol"`
+	Name     string   `json:"name"`
+	Ops      []string `json:"ops"`
+	Durable  bool     `json:"durable"`
+}
+
+type initResult struct {
+	Storage string `json:"storage"`
+}
+
+type taskResult struct {
+	Task wireTask `json:"task"`
+}
+
+type listResult struct {
+	Tasks []wireTask `json:"tasks"`
+}
+
+// handle serves one request: its reply carries the op's result, and the error, if any, is
+// the op's refusal or the board's trouble.
+func (s *server) handle(ctx context.Context, r request) (reply, error) {
+	var none reply
 	switch r.Op {
 	case "hello":
-		return map[string]any{"protocol": 1, "name": s.host.Name, "ops": s.ops(), "durable": s.host.Durable}, nil
+		return reply{helloResult: &helloResult{Protocol: 1, Name: s.host.Name, Ops: s.ops(), Durable: s.host.Durable}}, nil
 	case "connect":
 		if s.host.Connect == nil {
-			return nil, errUnsupported
+			return none, errUnsupported
 		}
 		if r.Clock == "manual" {
 			s.clock.hear(r.Now)
 		}
 		board, err := s.host.Connect(r.Storage, s.clock)
 		s.board = board
-		return map[string]any{}, err
+		return none, err
 	case "init":
 		if r.Clock == "manual" {
 			s.clock.hear(r.Now)
@@ -191,18 +227,18 @@ func (s *server) handle(ctx context.Context, r request) (map[string]any, error) 
 		}
 		board, storage, err := s.host.New(tasks, s.clock)
 		s.board, s.storage, s.owner = board, storage, true
-		return map[string]any{"storage": storage}, err
+		return reply{initResult: &initResult{Storage: storage}}, err
 	case "set_time":
 		s.clock.hear(r.Now)
-		return map[string]any{}, nil
+		return none, nil
 	case "close":
 		if s.owner && s.host.Remove != nil {
-			return map[string]any{}, s.host.Remove(s.storage)
+			return none, s.host.Remove(s.storage)
 		}
-		return map[string]any{}, nil
+		return none, nil
 	}
 	if s.board == nil {
-		return nil, fmt.Errorf("%s before init", r.Op)
+		return none, fmt.Errorf("%s before init", r.Op)
 	}
 	id, req := taskboard.TaskID(r.Task), taskboard.ClaimRequest{TTL: time.Duration(r.TTL) * time.Microsecond}
 	switch r.Op {
@@ -212,32 +248,33 @@ func (s *server) handle(ctx context.Context, r request) (map[string]any, error) 
 		for _, t := range tasks {
 			wire = append(wire, toWire(t))
 		}
-		return map[string]any{"tasks": wire}, err
+		return reply{listResult: &listResult{Tasks: wire}}, err
 	case "claim":
 		t, err := s.board.Claim(ctx, id, taskboard.AgentID(r.Agent), req)
-		return map[string]any{"task": toWire(t)}, err
+		return reply{taskResult: &taskResult{Task: toWire(t)}}, err
 	case "renew":
 		rb, ok := s.board.(taskboard.RenewingBoard)
-		if !ok {
-			return nil, errUnsupported
+		if !ok || s.host.NoRenew { // an op hello did not declare
+			return none, errUnsupported
 		}
 		t, err := rb.Renew(ctx, id, r.Token, req)
-		return map[string]any{"task": toWire(t)}, err
+		return reply{taskResult: &taskResult{Task: toWire(t)}}, err
 	case "release":
-		return map[string]any{}, s.board.Release(ctx, id, r.Token)
+		return none, s.board.Release(ctx, id, r.Token)
 	case "complete":
-		return map[string]any{}, s.board.Complete(ctx, id, r.Token)
+		return none, s.board.Complete(ctx, id, r.Token)
 	case "fail":
 		fb, ok := s.board.(taskboard.FailingBoard)
-		if !ok {
-			return nil, errUnsupported
+		if !ok || s.host.NoFail {
+			return none, errUnsupported
 		}
-		return map[string]any{}, fb.Fail(ctx, id, r.Token)
+		return none, fb.Fail(ctx, id, r.Token)
 	}
-	return nil, errUnsupported
+	return none, errUnsupported
 }
 
-// Serve answers requests from in on out until close or the end of in.
+// Serve answers requests from in on out until close or the end of in. It returns nil then,
+// and an error when a line is not JSON or an answer cannot be written (a closed out).
 func Serve(host Host, in io.Reader, out io.Writer) error {
 	s := &server{host: host, clock: &heardClock{}}
 	reader := bufio.NewReaderSize(in, 1<<16)
@@ -255,22 +292,22 @@ func Serve(host Host, in io.Reader, out io.Writer) error {
 		if err := json.Unmarshal(line, &r); err != nil {
 			return fmt.Errorf("a request that is not JSON: %w", err)
 		}
-		result, opErr := s.handle(ctx, r)
-		answer := map[string]any{"id": r.ID, "ok": opErr == nil}
+		answer, opErr := s.handle(ctx, r)
 		if opErr != nil {
-			answer["error"], answer["message"] = codeOf(opErr), opErr.Error()
-		} else {
-			for k, v := range result {
-				answer[k] = v
-			}
+			answer = reply{Error: codeOf(opErr), Message: opErr.Error()}
 		}
+		answer.ID, answer.OK = r.ID, opErr == nil
 		encoded, err := json.Marshal(answer)
 		if err != nil {
-			return err
+			return fmt.Errorf("encoding the answer to %s: %w", r.Op, err)
 		}
-		writer.Write(append(encoded, '\n'))
+		// A write error is kept by the bufio.Writer and returned by Flush too; the checker
+		// reads a closed stdout as the board's fault, so this process stops here.
+		if _, err := writer.Write(append(encoded, '\n')); err != nil {
+			return fmt.Errorf("writing the answer to %s: %w", r.Op, err)
+		}
 		if err := writer.Flush(); err != nil {
-			return err
+			return fmt.Errorf("writing the answer to %s: %w", r.Op, err)
 		}
 		if r.Op == "close" {
 			return nil

@@ -112,7 +112,14 @@ def fuzz(
                 report = FuzzReport()
 
                 def tick() -> None:
-                    meter.show(report.examples, report.parallel_programs, report.steps, 0)
+                    found = int(report.find_seconds is not None)
+                    meter.show(
+                        report.examples,
+                        report.parallel_programs,
+                        report.steps,
+                        found,
+                        report.shrinking,
+                    )
 
                 run = Run.plan(
                     resolved,
@@ -135,6 +142,7 @@ def fuzz(
     report.settings = header.hypothesis
     report.in_force = header.rows
     report.races = races_of(config, options.mode)
+    report.shortest_lease, report.clients = config.shortest_lease, config.clients
     meter.close(
         report.examples, report.parallel_programs, report.steps, int(report.failure is not None)
     )

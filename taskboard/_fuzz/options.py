@@ -87,6 +87,8 @@ class FuzzOptions:
     expired_lease_policy: str | None = None
     #: SPEC 8: each thread of a parallel program in an OS process of its own.
     processes: bool = False
+    #: ``"os"`` or ``"controlled"`` (docs/races.md); ``None`` keeps the machine's.
+    race_scheduling: str | None = None
     #: SPEC 9: ``"restart,drop"``, ``"restart"``, ``"drop"`` or ``"none"``; ``None``: every
     #: hook the target defines.
     nemesis: str | None = None
@@ -362,18 +364,21 @@ def check_virtual(target: Target, server: str | None = None) -> None:
     (``--server``) names one, or the machine does.
 
     Raises:
-        UsageError: ``target`` is an ``--exec`` board (its processes keep their own time:
-            virtual mode reaches servers and libraries in this process), or neither
-            ``--server`` nor its machine names a ``server``.
+        UsageError: ``target`` is an ``--exec`` board and no ``--server`` is named (its
+            processes keep their own time on ``set_time``; only a server started here
+            follows the clock), or neither ``--server`` nor its machine names a ``server``.
     """
-    if target.name.startswith(EXEC_PREFIX):
+    if target.name.startswith(EXEC_PREFIX) and server is None:
         raise UsageError(
-            "--clock virtual moves a server's clock from this process; an --exec board keeps "
-            "the time of its own processes: use --clock manual (set_time) or --clock wall"
+            "--clock virtual on an --exec board needs --server redis|postgres: the board's "
+            "processes keep their own time on set_time, as in manual mode, and the server "
+            "started for them (its URL in TASKBOARD_SERVER_URL) runs on the checker's clock; "
+            "without a server, use --clock manual"
         )
     if server is None and getattr(target.machine, "server", None) is None:
         raise UsageError(
             f"--clock virtual needs a server whose clock it moves: --server redis|postgres, "
-            f"or a machine that names one (server = taskboard.servers.Redis() on the class); "
+            f"or a machine that names one (server = taskboard.servers.Redis() on the class, or "
+            f"taskboard.servers.NoServer() for a library on this process's clock); "
             f"{target.name} names none. See docs/wall-clock.md"
         )

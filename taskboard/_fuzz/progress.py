@@ -19,13 +19,23 @@ class Progress:
         self.stream, self.started, self.budget = stream, started, budget
         self.tty = bool(stream is not None and stream.isatty())
         self.last = 0.0
+        #: When the last line before a failure was shown: the rate counts finding only.
+        self.found_at = started
+        self.shrinking = ""
 
-    def show(self, examples: int, programs: int, steps: int, failures: int) -> None:
-        """Show the counts, unless the line was shown a moment ago."""
+    def show(
+        self, examples: int, programs: int, steps: int, failures: int, shrinking: str = ""
+    ) -> None:
+        """Show the counts, unless the line was shown a moment ago; ``shrinking`` (where
+        shrinking a failure is) takes the place of the rate, which counts finding only."""
         now = time.monotonic()
         if self.stream is None or now - self.last < (0.5 if self.tty else 10.0):
             return
         self.last = now
+        if shrinking:
+            self.shrinking = shrinking
+        elif not failures:
+            self.found_at = now
         self._write(examples, programs, steps, failures, now, final=False)
 
     def close(self, examples: int, programs: int, steps: int, failures: int) -> None:
@@ -38,11 +48,17 @@ class Progress:
     ) -> None:
         assert self.stream is not None
         elapsed = now - self.started
-        rate = steps / elapsed if elapsed > 0 else 0.0
+        finding = (self.found_at if failures else now) - self.started
+        rate = steps / finding if finding > 0 else 0.0
         left = max(0.0, self.budget - elapsed)
         line = (
             f"examples {examples} | parallel programs {programs} | steps/s {rate:,.0f} | "
-            f"failures {failures} | left {timedelta(seconds=round(left))}"
+            f"failures {failures} | "
+            + (
+                self.shrinking
+                if failures and self.shrinking and not final
+                else f"left {timedelta(seconds=round(left))}"
+            )
         )
         if self.tty:
             self.stream.write("\r" + line + ("\n" if final else ""))

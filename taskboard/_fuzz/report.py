@@ -24,6 +24,7 @@ __all__ = [
     "RunHeader",
     "SettingInForce",
     "races_of",
+    "run_notes",
     "settings_in_force",
     "settings_of_run",
 ]
@@ -62,8 +63,19 @@ class FuzzReport:
     shrink_runs: int = 0
     #: True when shrinking stopped at ``--shrink-budget``: the trace is the smallest by then.
     shrink_cut: bool = False
+    #: Seconds from the start until the failure was found (``None``: none was); the time
+    #: after it went to shrinking, and steps per second count the finding only.
+    find_seconds: float | None = None
+    #: How the failure's trace was shrunk by replay, in words ("" when it was not).
+    replay_shrink: str = ""
+    #: While shrinking: where it is ("shrinking: 14 steps → 5, 23 s left"), for the status line.
+    shrinking: str = ""
     #: The optional operations (``renew``, ``fail``) the boards had; ``None``: none was made.
     operations: frozenset[str] | None = None
+    #: The shortest lease the store honours (``shortest_lease``; zero: any).
+    shortest_lease: timedelta = timedelta(0)
+    #: True when the machine opens a client per racing thread (``open_client``).
+    clients: bool = False
     #: The Hypothesis settings the run used, in words (see :func:`settings_in_force`).
     settings: str = ""
     #: How the threads of parallel programs called the board (see :func:`races_of`).
@@ -83,9 +95,20 @@ class FuzzReport:
         return self.parallel_runs / RUNS_PER_PROGRAM / seconds if seconds > 0 else 0.0
 
     @property
+    def finding_seconds(self) -> float:
+        """Seconds spent finding: the whole run, or until the failure was found."""
+        return self.seconds if self.find_seconds is None else self.find_seconds
+
+    @property
+    def shrink_seconds(self) -> float:
+        """Seconds spent shrinking the failure after it was found (0 when none was)."""
+        return max(0.0, self.seconds - self.finding_seconds)
+
+    @property
     def steps_per_second(self) -> float:
-        """Machine steps per second of wall time, all workers together."""
-        return self.steps / self.seconds if self.seconds > 0 else 0.0
+        """Machine steps per second spent finding (shrinking left out), all workers together."""
+        seconds = self.finding_seconds
+        return self.steps / seconds if seconds > 0 else 0.0
 
     def count(self, example: ExampleStats) -> None:
         """Add what one example did."""
@@ -112,6 +135,33 @@ class FuzzReport:
         self.interrupted = self.interrupted or other.interrupted
         if other.operations is not None:
             self.operations = (self.operations or frozenset()) | other.operations
+
+
+def run_notes(report: FuzzReport) -> list[str]:
+    """What a run did not do that its mode promises, and why: a mixed run that ran no
+    parallel program, a run whose machine opens clients that opened none."""
+    if report.mode != "mixed" or report.parallel_runs:
+        return []
+    if report.find_seconds is not None:
+        why = "the failure was found in the first batch of sequential examples"
+    elif report.interrupted:
+        why = "the run was stopped in the first batch of sequential examples"
+    else:
+        per = report.finding_seconds / report.examples if report.examples else 0.0
+        why = (
+            "the budget ran out before one finished (a mixed run begins with a batch of "
+            f"sequential examples; these took {per:.2f}s an example"
+        )
+        if report.shortest_lease:
+            why += (
+                f"; with the shortest lease at {format_duration(report.shortest_lease)} "
+                "every lease and clock step lasts at least that long"
+            )
+        why += "): a longer --budget runs them"
+    notes = [f"no parallel programs ran, so races were not checked: {why}"]
+    if report.clients:
+        notes.append("no clients were opened (open_client): only parallel programs open them")
+    return notes
 
 
 def settings_in_force(target: Target, chosen: settings) -> str:

@@ -24,9 +24,10 @@ from taskboard.model._model import errors_in
 from taskboard.stateful._hypothesis import shrinking_for_at_most
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._parallel import run_parallel_state_machine
-from taskboard.stateful._reports import InfrastructureFault, failures_reported
+from taskboard.stateful._reports import Failure, InfrastructureFault, failures_reported
 from taskboard.stateful._runstate import separate_run
 from taskboard.stateful._session import ExampleStats, StopRequested, on_example_end, stop_when
+from taskboard.stateful._shrink import shrink_failure
 
 __all__ = ["BATCH", "PARALLEL_BATCH", "Run"]
 
@@ -80,6 +81,9 @@ class Run:
 
         found = False
         found_at = 0.0
+        began = time.monotonic()
+        # The steps of the failing example as found, and of the shortest one that failed since.
+        first_steps = shortest = 0
         publisher = None
         if self.options.campaign is not None and self.options.database is not None:
             publisher = Publisher(self.options.database, self.options.campaign, self.target.name)
@@ -94,22 +98,39 @@ class Run:
             return not found and (spent or time.monotonic() >= self.deadline)
 
         def counted(example: ExampleStats) -> None:
-            nonlocal found, found_at
+            nonlocal found, found_at, first_steps, shortest
             if found:  # Hypothesis shrinking the failure: not a new example of the search
                 report.shrink_runs += 1
                 shrinking = time.monotonic() - found_at
-                report.shrink_cut = shrinking >= self.options.shrink_budget
+                report.shrink_cut = shrinking >= self.hypothesis_shrink_budget
             else:
                 report.count(example)
                 found_at = time.monotonic()
                 if publisher is not None:
                     publisher.heard(example)
+                if example.failed:
+                    report.find_seconds = found_at - began
+                    first_steps = shortest = example.steps
             found = found or example.failed
+            if found:
+                if example.failed:
+                    shortest = min(shortest, example.steps)
+                spent = time.monotonic() - found_at
+                report.shrinking = (
+                    f"shrinking: {first_steps} steps → {shortest}, "
+                    f"{max(0.0, self.options.shrink_budget - spent):.0f} s left"
+                )
             tick()
+
+        def shrink_left() -> float:
+            return self.options.shrink_budget - (time.monotonic() - found_at)
 
         try:
             with worker_pool():  # spawned once for the whole run, not once per batch
-                self._batches(report, base, done, counted, stop)
+                caught = self._batches(report, base, done, counted, stop)
+                if caught is not None and not stop.is_set():
+                    self._shrink_by_replay(caught, report, shrink_left(), tick, stop.is_set)
+                    report.interrupted = report.interrupted or stop.is_set()
         finally:
             if publisher is not None:  # a find is published before the worker exits
                 publisher.finish(
@@ -126,14 +147,15 @@ class Run:
         done: Callable[[], bool],
         counted: Callable[[ExampleStats], None],
         stop: Any,
-    ) -> None:
+    ) -> Failure | None:
+        """Run the batches; returns the failure of a sequential batch, to shrink by replay."""
         mode = self.options.mode
         batch_index = 0
         with (
             separate_run(),  # its own run, even inside another: heard and stopped apart
             on_example_end(counted),
             stop_when(done),
-            shrinking_for_at_most(self.options.shrink_budget),
+            shrinking_for_at_most(self.hypothesis_shrink_budget),
         ):
             while not done():
                 # Mixed: sequential and parallel batches take turns.
@@ -148,11 +170,11 @@ class Run:
                     break
                 except KeyboardInterrupt:
                     report.interrupted = True
-                    return
+                    return None
                 except InfrastructureFault as fault:
                     report.failure, report.fault = str(fault), True
                     report.trace_file = fault.trace_file
-                    return
+                    return None
                 except (ContractViolation, Flaky) as caught:
                     violation = next(iter(violations_in(caught)), None)
                     faults = [] if violation else errors_in(caught, InfrastructureFault)
@@ -160,18 +182,61 @@ class Run:
                     if unrepeated is not None:  # a fault that did not recur when replayed
                         report.failure, report.fault = str(unrepeated), True
                         report.trace_file = unrepeated.trace_file
-                        return
+                        return None
                     report.failure = str(violation or caught)
                     report.clause = None if violation is None else violation.clause
                     report.trace_file = None if violation is None else violation.trace_file
-                    return
+                    return None if parallel else violation
                 except Exception as exc:  # the board or its hooks broke: a failure, reported
                     report.failure = f"the run stopped on an error: {type(exc).__name__}: {exc}"
-                    return
+                    return None
                 finally:
                     if parallel:
                         report.parallel_seconds += time.monotonic() - started
         report.interrupted = report.interrupted or stop.is_set()
+        return None
+
+    @property
+    def hypothesis_shrink_budget(self) -> float:
+        """Seconds Hypothesis shrinks a failure for: half the shrink budget; the rest, and
+        whatever Hypothesis leaves of its half, goes to shrinking the trace by replay."""
+        return self.options.shrink_budget / 2
+
+    def _shrink_by_replay(
+        self,
+        caught: Failure,
+        report: FuzzReport,
+        seconds: float,
+        tick: Callable[[], None],
+        stopped: Callable[[], bool],
+    ) -> None:
+        """Shrink ``caught``'s trace by replay (:mod:`taskboard.stateful._shrink`) for at
+        most ``seconds``, or until ``stopped()`` (Ctrl-C), and put the failure it reports in
+        ``report``; the status line shows how far it got."""
+
+        def told(steps: int, first: int, left: float) -> None:
+            report.shrinking = f"shrinking: {first} steps → {steps}, {left:.0f} s left"
+            tick()
+
+        shrunk_error, shrunk = shrink_failure(
+            caught, self.machine, seconds=max(seconds, 0.0), on_progress=told, stopped=stopped
+        )
+        report.shrinking = ""
+        if shrunk is None or shrunk.violation is None:
+            return
+        report.failure = str(shrunk_error)
+        report.trace_file = shrunk_error.trace_file or report.trace_file
+        report.shrink_cut = shrunk.cut  # it went on from where Hypothesis stopped
+        before, after = len(caught.trace), len(shrunk.trace.steps)
+        report.replay_shrink = (
+            f"shrunk by replay from {before} steps to {after}"
+            if after < before
+            else "shrinking by replay found no shorter trace"
+        ) + f" in {shrunk.replays} replays"
+        if shrunk.tried > 1:
+            report.replay_shrink += (
+                f" (the trace failed in {shrunk.failed} of {shrunk.tried} replays)"
+            )
 
     def _batch(self, parallel: bool, chosen: settings) -> None:
         with failures_reported(self.machine):

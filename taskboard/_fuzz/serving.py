@@ -5,9 +5,10 @@ kind, made on first ask and started on first use; :func:`serving` starts it for 
 names its URL in :data:`SERVER_URL_VARIABLE` and stops it when the run ends, however it
 ends (a killed process's server stops itself: see :mod:`taskboard.servers`).
 
-The board reaches it two ways: the machine's ``server`` attribute is the server (a machine's
-``make_board`` reads ``self.server.url``), and a plain board factory, which sees no machine,
-reads ``os.environ["TASKBOARD_SERVER_URL"]``.
+The board reaches it three ways: the machine's ``server`` attribute is the server (a machine's
+``make_board`` reads ``self.server.url``); a plain board factory, which sees no machine,
+reads ``os.environ["TASKBOARD_SERVER_URL"]``; and an ``--exec`` board's processes inherit
+that variable (SPEC 10, ``docs/protocol.md``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from taskboard._fuzz.targets import UsageError
+from taskboard._protocol.spares import end_spares
 from taskboard._virtual._postgres import Postgres
 from taskboard._virtual._preload import VirtualClockUnavailable
 from taskboard._virtual._servers import Redis, ServerStartError
@@ -63,6 +65,9 @@ def serving(name: str | None) -> Iterator[None]:
             os.environ[SERVER_URL_VARIABLE] = server.url
         except (ServerStartError, VirtualClockUnavailable) as exc:
             raise UsageError(f"--server {name}: {exc}") from None
+        # An --exec board's processes inherit the variable when they start: a spare started
+        # before it was set (for the command's hello) would not have it.
+        end_spares()
         yield
     finally:
         server.stop()
@@ -70,3 +75,4 @@ def serving(name: str | None) -> Iterator[None]:
             os.environ.pop(SERVER_URL_VARIABLE, None)
         else:
             os.environ[SERVER_URL_VARIABLE] = previous
+        end_spares()  # nor may a spare outlive the server it names

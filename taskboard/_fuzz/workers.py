@@ -56,6 +56,9 @@ class Progressed:
     examples: int
     parallel_runs: int
     steps: int
+    #: True once the worker found a failure; where shrinking it is ("": not shrinking).
+    found: bool = False
+    shrinking: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,9 @@ def _work(job: Job, updates: Any, stop: Any) -> None:
         nonlocal last_sent
         now = time.monotonic()
         if now - last_sent > _PROGRESS_EVERY:
-            updates.put(Progressed(job.index, report.examples, report.parallel_runs, report.steps))
+            found = report.find_seconds is not None
+            counts = (report.examples, report.parallel_runs, report.steps)
+            updates.put(Progressed(job.index, *counts, found, report.shrinking))
             last_sent = now
 
     try:
@@ -194,8 +199,11 @@ def fuzz_in_processes(
                     total.failure, total.trace_file = done.failure, done.trace_file
                     total.fault = done.fault
                     total.clause = done.clause
+                    total.find_seconds, total.replay_shrink = done.find_seconds, done.replay_shrink
                     break
-            meter.show(*_sums(counts), int(total.failure is not None))
+            found = sum(c.found for c in counts.values())
+            shrinking = next((c.shrinking for c in counts.values() if c.shrinking), "")
+            meter.show(*_sums(counts), max(found, int(total.failure is not None)), shrinking)
     finally:
         stop.set()
         for process in processes:

@@ -64,7 +64,9 @@ class _Processes:
         self.clock = clock
         # From the mode the run is in, not the clock's class: a wall clock may be a
         # ManualClock that sleeps to move (BoardContract's), and its processes must race.
-        self.manual = clock_mode == "manual"
+        # In virtual mode the processes keep the checker's time as in manual mode (a Go
+        # binary reads time without libc: only set_time reaches it); the server moves too.
+        self.manual = clock_mode in ("manual", "virtual")
         self.time_sent = clock.now()
         self.open: list[Child] = []
         # Held while the time goes out, so that no process gets a request before it heard.

@@ -49,6 +49,16 @@ _SETTINGS = {
 }
 
 
+#: The statements that empty every table of the ``public`` schema and restart each of its
+#: sequences: what :meth:`Postgres.flush` runs.
+_EMPTYING = """
+SELECT array(SELECT format('DELETE FROM %I.%I', schemaname, tablename) FROM pg_tables
+             WHERE schemaname = 'public')
+    || array(SELECT format('SELECT setval(%L, 1, false)', format('%I.%I', schemaname, sequencename))
+             FROM pg_sequences WHERE schemaname = 'public')
+"""
+
+
 def _bindir(bindir: str | None) -> Path:
     """The directory of ``initdb`` and ``postgres``: ``bindir``, else the one of ``postgres``
     on PATH, else Debian's newest ``/usr/lib/postgresql/*/bin``."""
@@ -104,12 +114,24 @@ class Postgres(_Server[Any]):
         return f"postgresql://postgres@127.0.0.1:{self._server().port}/postgres"
 
     def flush(self) -> None:
-        """Drop the ``public`` schema with everything in it and make it anew, empty: an
-        example starts on a database that holds nothing of the previous one's."""
+        """Empty every table of the ``public`` schema and restart each of its sequences: an
+        example starts with no row of the previous one's. The tables themselves stay (as on
+        a server a board finds in production), so a board's ``CREATE TABLE IF NOT EXISTS``
+        costs nothing after the first example."""
         running = self._server()
         with self._lock:
-            running.admin.execute("DROP SCHEMA IF EXISTS public CASCADE")
-            running.admin.execute("CREATE SCHEMA public")
+            row = running.admin.execute(_EMPTYING).fetchone()
+            statements = row[0] if row is not None else []
+            if not statements:
+                return
+            # DELETE, not TRUNCATE or DROP: an example's few rows go in well under a
+            # millisecond, where TRUNCATE makes new files for every table and DROP makes the
+            # board create them again (about 10 ms an example). The replica role skips the
+            # foreign keys' triggers, so the order of the tables does not matter.
+            with running.admin.transaction():
+                running.admin.execute(
+                    "; ".join(["SET LOCAL session_replication_role = replica", *statements])
+                )
 
     # -- inside --------------------------------------------------------------------------------
 

@@ -20,12 +20,15 @@ from taskboard._contract import Board, ClaimRequest, FailingBoard, RenewingBoard
 from taskboard._driver import Driver, _Driven, close_driven, driven, make_driven
 from taskboard._protocol.board import exec_board, split_command
 from taskboard._protocol.spares import hello_of
+from taskboard._virtual._process_time import on_virtual_clock
+from taskboard._virtual._servers import VirtualServer
 from taskboard.model import ExpiredLeasePolicy, describe_task
 from taskboard.stateful._config import wall_ttl_unit
 from taskboard.stateful._generation import grid_start
 from taskboard.stateful._machine import close_own
 from taskboard.stateful._session import sleep_until
 from taskboard.stateful._settings import default
+from taskboard.stateful._virtual_clock import virtual_clock
 
 __all__ = [
     "WALL_LONGEST_SLEEP",
@@ -74,6 +77,31 @@ class _SleepingClock(ManualClock):
         return "SystemClock()"
 
 
+class _OnVirtualClock:
+    """A driver whose calls run at the virtual clock's instant, as the machine's calls do in
+    virtual mode: a library's own ``time.time()`` and ``datetime.now()`` read ``clock``
+    (see :mod:`taskboard._virtual._process_time`)."""
+
+    def __init__(self, driver: Driver, clock: Clock) -> None:
+        self.driver = driver
+        self.clock = clock
+
+    @property
+    def wedged(self) -> bool:
+        return self.driver.wedged
+
+    @wedged.setter
+    def wedged(self, value: bool) -> None:
+        self.driver.wedged = value
+
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        with on_virtual_clock(self.clock.now()):
+            return self.driver.call(function, *args)
+
+    def close(self) -> None:
+        self.driver.close()
+
+
 class ContractHarness:
     """The class attributes (documented on :class:`~taskboard.boardtest.BoardContract`), hooks,
     fixtures and helpers of BoardContract.
@@ -94,11 +122,15 @@ class ContractHarness:
     call_timeout: ClassVar[timedelta | None] = default("call_timeout")
     tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = default("tolerate_faults")
     parallel_processes: ClassVar[bool] = default("parallel_processes")
+    race_scheduling: ClassVar[str] = default("race_scheduling")
     durable: ClassVar[bool] = default("durable")
     nemesis: ClassVar[tuple[str, ...] | None] = default("nemesis")
     trace_dir: ClassVar[str | None] = default("trace_dir")
     machine_settings: ClassVar[settings | None] = None
     parallel_settings: ClassVar[settings | None] = None
+    #: With ``clock_mode = "virtual"``: the server whose clock the tests move
+    #: (``taskboard.servers.Redis()``, ``.Postgres()``, ``.NoServer()``).
+    server: ClassVar[VirtualServer | None] = None
 
     #: The clients :meth:`clients_of` opened and not yet closed, each with its board's driver.
     _clients_opened: list[tuple[Any, Driver]]
@@ -217,11 +249,24 @@ class ContractHarness:
 
     # -- fixtures ------------------------------------------------------------------------------
 
+    @pytest.fixture(scope="class", autouse=True)
+    def _stop_server(self) -> Iterator[None]:
+        """In virtual mode, the class's server (started on first use) stops after the class's
+        last test, however the tests ended."""
+        yield
+        stop = getattr(self.server, "stop", None)
+        if stop is not None:
+            stop()
+
     @pytest.fixture
     def clock(self) -> ManualClock:
-        """A manual clock on the resolution grid; in wall mode, one that sleeps to move."""
+        """A manual clock on the resolution grid; in wall mode, one that sleeps to move; in
+        virtual mode, one that moves the emptied server's clock with it (see
+        :func:`~taskboard.stateful._virtual_clock.virtual_clock`)."""
         if self.clock_mode == "wall":
             return _SleepingClock(self.tick, self.clock_skew + self.clock_resolution)
+        if self.clock_mode == "virtual":
+            return virtual_clock(self, grid_start(self.tick), self.tick)
         return ManualClock(grid_start(self.tick))
 
     @pytest.fixture
@@ -240,6 +285,8 @@ class ContractHarness:
             made, board, driver = make_driven(
                 self.make_board, (list(tasks), clock), self.call_timeout
             )
+            if self.clock_mode == "virtual":
+                board = driven(made, _OnVirtualClock(driver, clock))
             opened.append((made, driver))
             self._boards_made.append(made)
             return board

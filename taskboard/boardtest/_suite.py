@@ -56,7 +56,13 @@ class BoardContract(SpecExamples):
       tick is the machine's wall-clock TTL unit, their ``clock.advance(delta)``
       sleeps (at most :data:`~taskboard.boardtest._harness.WALL_LONGEST_SLEEP` ticks)
       to just past the target, and the criteria's clients race in real time (a
-      command's processes, too, keep their own time).
+      command's processes, too, keep their own time). With ``clock_mode = "virtual"`` set
+      ``server`` too (``server = taskboard.servers.Redis()``, and ``make_board`` connects
+      to ``self.server.url``): every test's clock, the machine's included, moves the
+      server's, on a server emptied first, and each board call reads that clock as this
+      process's time (``time.time()``, ``datetime.now()``). The server starts on first use,
+      once for the class, and stops after its last test; ``taskboard.servers.NoServer()``
+      starts none, for a board on this process's own clock.
     * ``machine_settings``: Hypothesis settings for the state-machine run;
       ``None`` (default) follows the loaded profile, so ``--hypothesis-profile``
       or ``settings.load_profile`` set the depth.
@@ -83,6 +89,8 @@ class BoardContract(SpecExamples):
             if getattr(cls, hook) is not getattr(ContractHarness, hook):
                 clients[hook] = getattr(self, hook)
         settings = {s.name: getattr(self, s.name) for s in SETTINGS if s.contract}
+        if self.server is not None:
+            clients["server"] = self.server
         machine = BoardMachine.for_board(
             self.make_board,
             close=self.close_board,

@@ -9,6 +9,7 @@ one, are the machine's (``attributes`` given to the machine win over them).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,11 +18,10 @@ from taskboard._contract import Task
 from taskboard._protocol.board import exec_board, split_command
 from taskboard._protocol.spares import hello_of
 from taskboard.stateful._hypothesis import key_database_by
+from taskboard.stateful._tracefile import EXEC_PREFIX
 
 __all__ = ["DEFAULT_TIMEOUT", "EXEC_PREFIX", "exec_machine"]
 
-#: How a fuzz target names a board command: ``exec:./myboard --flag``.
-EXEC_PREFIX = "exec:"
 #: How long a command may take to answer ``hello`` and each request, by default (seconds).
 DEFAULT_TIMEOUT = 10.0
 
@@ -49,7 +49,9 @@ def exec_machine(
     for op in ("restart_storage", "drop_connections"):
         if op in hello.ops:
             hooks[op] = lambda board, op=op: getattr(board, op)()
-    declared: dict[str, Any] = {"durable": hello.durable, "trace_target": ""}
+    # A trace names the command, quoted as a shell would, so ``taskboard replay FILE`` runs it.
+    target = EXEC_PREFIX + shlex.join(argv)
+    declared: dict[str, Any] = {"durable": hello.durable, "trace_target": target}
     if hello.expired_lease_policy is not None:
         declared["expired_lease_policy"] = hello.expired_lease_policy
     machine = base.for_board(
@@ -58,6 +60,8 @@ def exec_machine(
         **{**declared, **attributes},
         **hooks,
     )
+    #: What the command declared in its hello (SPEC 10), which its traces record.
+    machine.declared_ops = tuple(hello.ops)
     name = " ".join(argv)
     machine.__name__ = machine.__qualname__ = f"ExecMachine[{hello.name or name}]"
     key_database_by(machine, f"{EXEC_PREFIX}{name}".encode())

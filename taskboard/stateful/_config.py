@@ -114,6 +114,9 @@ class MachineConfig:
     clients: bool
     #: SPEC 8: each thread of a parallel program runs in a process of its own.
     processes: bool
+    #: ``race_scheduling``: ``"controlled"`` runs a parallel program's threads one at a time
+    #: at their storage round trips, in a drawn order; ``"os"`` lets them run at once.
+    race_scheduling: str
     #: Where failing traces go: ``trace_dir``, else ``TASKBOARD_TRACE_DIR``, else nowhere.
     trace_dir: str | None
     #: ``module:Name`` that trace files record as what to replay against (``""``: none).

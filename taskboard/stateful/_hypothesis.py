@@ -37,6 +37,7 @@ import functools
 import hashlib
 import itertools
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -403,11 +404,29 @@ def applied_settings(machine_cls: type[RuleBasedStateMachine]) -> settings | Non
     return chosen if isinstance(chosen, settings) else None
 
 
+#: How Hypothesis heads the steps it shows before a replay that drew differently.
+_STEPS_LEADING_UP = "Steps leading up to this error:"
+
+
+def is_empty_program(message: str) -> bool:
+    """True for Hypothesis's "Steps leading up to this error" that lists no step: only the
+    machine made (``state = ...Machine()``) and torn down (``state.teardown()``)."""
+    heading, _, rest = message.partition("\n")
+    if heading.strip() != _STEPS_LEADING_UP:
+        return False
+    lines = [line.strip() for line in rest.splitlines() if line.strip()]
+    return all(
+        re.fullmatch(r"state = \S.*\(\)", line) or line == "state.teardown()" for line in lines
+    )
+
+
 @contextlib.contextmanager
 def shrinking_for_at_most(seconds: float) -> Iterator[bool]:
     """Within the block, Hypothesis shrinks a failure for at most ``seconds`` and then reports
     the smallest failing example it found so far. Its warning when it stops (which speaks of
-    five minutes and asks for a bug report) is left out: the caller says what happened.
+    five minutes and asks for a bug report) is left out: the caller says what happened. So is
+    an empty program it shows as the steps leading up to a replay that drew differently (see
+    :func:`is_empty_program`).
 
     Yields False, and bounds nothing, on a Hypothesis without the engine's limit.
     """
@@ -417,8 +436,11 @@ def shrinking_for_at_most(seconds: float) -> Iterator[bool]:
     outer = current_reporter()
 
     def without_the_warning(value: object) -> None:
-        if not (isinstance(value, str) and value.startswith(_SLOW_SHRINKING_WARNING)):
-            outer(value)
+        if isinstance(value, str) and (
+            value.startswith(_SLOW_SHRINKING_WARNING) or is_empty_program(value)
+        ):
+            return
+        outer(value)
 
     previous = _engine.MAX_SHRINKING_SECONDS
     _engine.MAX_SHRINKING_SECONDS = seconds  # type: ignore[assignment]

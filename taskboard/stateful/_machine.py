@@ -217,11 +217,12 @@ class BoardMachine(RuleBasedStateMachine):
       gets a :class:`~taskboard.SystemClock` the board may ignore, clock rules sleep, and
       each call is judged on its window ``[before - clock_skew, after + clock_skew]``. An
       off-by-one at exactly ``until`` inside that window cannot be seen: prefer ``"manual"``
-      where the board can take an injected clock. ``"virtual"`` (Linux, Redis for now): as
-      ``"manual"``, and every move of the clock also moves the clock of the machine's
-      ``server`` (``server = taskboard.servers.Redis()``, whose ``url`` the board connects
-      to), so a store that keeps its own time is checked at exact instants; each example
-      starts on an emptied server, and an ``until`` up to one resolution past
+      where the board can take an injected clock. ``"virtual"``: as ``"manual"``, and every
+      move of the clock also moves the clock of the machine's ``server``
+      (``server = taskboard.servers.Redis()`` or ``.Postgres()``, Linux, whose ``url`` the
+      board connects to; ``.NoServer()`` for none), and each board call reads it as this
+      process's time, so a store that keeps its own time is checked at exact instants;
+      each example starts on an emptied server, and an ``until`` up to one resolution past
       ``now + ttl`` is accepted (a store keeps a key through its deadline tick).
     * ``clock_skew``: in wall mode, how far the board's clock may be from the machine's
       (default 1 ms; zero for a board that reads the machine's own clock).
@@ -253,6 +254,12 @@ class BoardMachine(RuleBasedStateMachine):
     * ``parallel_processes``: SPEC 8, run each thread of a parallel program in an OS process
       of its own, on a client it opens by unpickling the board (default off; ``taskboard
       fuzz --processes``; see docs/clients.md).
+    * ``race_scheduling``: how the threads of a parallel program interleave. ``"os"`` (the
+      default) runs them at once, as the operating system schedules them; ``"controlled"``
+      runs them one at a time, switching only at their round trips to the store (sqlite3
+      statements, redis-py commands, psycopg statements, :func:`taskboard.yield_point`), in
+      an order Hypothesis draws, shrinks and replays exactly. A board with no such point
+      (an async one, one in processes) races as with ``"os"``; see docs/races.md.
     * ``durable``: SPEC 9, whether the board keeps everything it acknowledged across
       :meth:`restart_storage` (default ``True``). ``False``: after a restart it may show, per
       task, any state it held since the last restart; fences and tokens never repeat.
@@ -285,6 +292,7 @@ class BoardMachine(RuleBasedStateMachine):
     call_timeout: ClassVar[timedelta | None] = default("call_timeout")
     tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = default("tolerate_faults")
     parallel_processes: ClassVar[bool] = default("parallel_processes")
+    race_scheduling: ClassVar[str] = default("race_scheduling")
     durable: ClassVar[bool] = default("durable")
     nemesis: ClassVar[tuple[str, ...] | None] = default("nemesis")
     trace_dir: ClassVar[str | None] = default("trace_dir")

@@ -28,8 +28,9 @@ from hypothesis import settings as type_settings
 from hypothesis import strategies as st
 
 from taskboard._contract import Board, Task
-from taskboard._driver import CallTimeoutError
+from taskboard._driver import CallTimeoutError, is_async_board
 from taskboard._race import Lane, MakeCall, Preset, address_of, race_on_threads, worker_pool
+from taskboard._schedule import RaceScheduler, Turn
 from taskboard.model import (
     Call,
     ContractViolation,
@@ -84,6 +85,10 @@ __all__ = [
 RUNS_PER_PROGRAM = 3
 #: Seconds a thread suffix may take before the run counts as hung.
 THREAD_TIMEOUT = 30.0
+#: The most threads a program races.
+MOST_THREADS = 4
+#: The most choices a controlled program's schedule draws; past them the threads take turns.
+MOST_CHOICES = 64
 
 
 def _steps(*, in_prefix: bool, nemesis: tuple[str, ...] = ()) -> st.SearchStrategy[ProgramStep]:
@@ -92,10 +97,25 @@ def _steps(*, in_prefix: bool, nemesis: tuple[str, ...] = ()) -> st.SearchStrate
     return program_steps(ProgramDraw(tasks, in_prefix, nemesis))
 
 
-def programs(nemesis: tuple[str, ...] = ()) -> st.SearchStrategy[ParallelProgram]:
+def programs(
+    nemesis: tuple[str, ...] = (), *, controlled: bool = False
+) -> st.SearchStrategy[ParallelProgram]:
     """Programs: a prefix of up to 6 steps, then 2 to 4 threads of 1 to 4 operations each;
     one in four is an :func:`expiry race <expiry_races>`. ``nemesis`` names the nemesis
-    steps (SPEC 9) the prefix may hold besides calls and clock moves."""
+    steps (SPEC 9) the prefix may hold besides calls and clock moves. ``controlled``: each
+    program also has a drawn schedule for its threads (:data:`MOST_CHOICES` choices)."""
+    drawn = _programs(nemesis)
+    if not controlled:
+        return drawn
+    choices = st.lists(st.integers(0, MOST_THREADS - 1), max_size=MOST_CHOICES).map(tuple)
+    return st.builds(_scheduled, drawn, choices)
+
+
+def _scheduled(program: ParallelProgram, choices: tuple[int, ...]) -> ParallelProgram:
+    return dataclasses.replace(program, schedule=choices)
+
+
+def _programs(nemesis: tuple[str, ...]) -> st.SearchStrategy[ParallelProgram]:
     general = st.builds(
         ParallelProgram,
         # Half the programs have no dependencies at all, so every task can be raced for.
@@ -156,22 +176,35 @@ def run_parallel_state_machine(
             the longest order found and the calls that cannot come next).
     """
 
-    def run(program: ParallelProgram) -> None:
-        for _ in range(RUNS_PER_PROGRAM):
-            try:
-                run_program(machine_cls, program)
-            except ContractViolation:
-                if not in_final_replay():
-                    raise
-                # Hypothesis has shrunk the program; now move what need not be concurrent
-                # into the prefix, and report the simplest program that still fails.
-                simpler = _move_into_prefix(machine_cls, program)
-                _rerun(machine_cls, simpler, attempts=2 * RUNS_PER_PROGRAM, record=True)
+    def run_once(program: ParallelProgram, variant: int = 0) -> bool:
+        try:
+            return run_program(machine_cls, program, variant=variant)
+        except ContractViolation:
+            if not in_final_replay():
                 raise
+            # Hypothesis has shrunk the program; now move what need not be concurrent
+            # into the prefix, and report the simplest program that still fails.
+            simpler = _move_into_prefix(machine_cls, program)
+            _rerun(machine_cls, simpler, attempts=_attempts(simpler), record=True)
+            raise
+
+    def run(program: ParallelProgram) -> None:
+        if program.schedule is not None:
+            if run_once(program):
+                # Controlled: each run is exact; the others are other interleavings of it.
+                for variant in range(1, RUNS_PER_PROGRAM):
+                    run_once(program, variant)
+                return
+            # No point was seen: the board races as it does without control.
+            program = dataclasses.replace(program, schedule=None)
+        for _ in range(RUNS_PER_PROGRAM):
+            run_once(program)
 
     # Keys the example database by machine, as Hypothesis does for state machines.
     key_database_by(run, database_key(machine_cls))
-    test = given(programs(MachineConfig.of(machine_cls).nemesis))(run)
+    config = MachineConfig.of(machine_cls)
+    controlled = config.race_scheduling == "controlled" and not config.processes
+    test = given(programs(config.nemesis, controlled=controlled))(run)
     test = carry_seed_and_reproduction(machine_cls, test)
     # An example is three whole runs with threads: no per-example deadline applies.
     test = without_explain(type_settings(settings or type_settings(), deadline=None))(test)
@@ -181,12 +214,15 @@ def run_parallel_state_machine(
 
 
 def run_program(
-    machine_cls: MachineClass, program: ParallelProgram, *, record: bool = True
-) -> None:
-    """Run one program once on a fresh board and check its concurrent history.
+    machine_cls: MachineClass, program: ParallelProgram, *, record: bool = True, variant: int = 0
+) -> bool:
+    """Run one program once on a fresh board and check its concurrent history. True when its
+    threads ran under control (it has a schedule and they reached scheduling points).
 
-    With ``record``, a violation in Hypothesis's final replay is written to the trace
-    directory, if one is configured.
+    ``variant`` (controlled programs only): another interleaving of the same schedule (see
+    :class:`~taskboard._schedule.RaceScheduler`); a violation's report and trace then hold
+    the schedule that repeats it with no variant. With ``record``, a violation in
+    Hypothesis's final replay is written to the trace directory, if one is configured.
     """
     session: Session | None = None
     try:
@@ -196,7 +232,10 @@ def run_program(
         session.observe(None)
         for step in program.prefix:
             step.run(session)
-        history, snapshot = _run_threads(session, program.threads)
+        history, snapshot, scheduler = _run_threads(session, program, variant)
+        turns = tuple(scheduler.turns) if scheduler else ()
+        if scheduler:
+            program = dataclasses.replace(program, schedule=tuple(scheduler.realized))
         session.concurrent_calls.update(
             (op.call.op.value, "ambiguous" if op.outcome is None else op.outcome.error or "ok")
             for op in history
@@ -211,28 +250,38 @@ def run_program(
             clients = session.config.clients or session.config.processes
             report = record_failure(
                 session.run,
-                _report(session, program, history, result),
-                timeline_html(history, result, clients=clients),
+                _report(session, program, history, result, turns),
+                timeline_html(
+                    history, result, clients=clients, interleaving=_turns(history, turns, clients)
+                ),
                 record=record,
             )
             error = report.error()
             session.failure = error
             raise error
+        return bool(turns)
     finally:
         end_example(session, parallel=True)
+
+
+def _attempts(program: ParallelProgram) -> int:
+    """How many runs tell whether ``program`` fails: its variants, when it is controlled."""
+    return RUNS_PER_PROGRAM if program.schedule is not None else 2 * RUNS_PER_PROGRAM
 
 
 def _rerun(
     machine_cls: MachineClass, program: ParallelProgram, *, attempts: int, record: bool
 ) -> None:
-    """Run ``program`` up to ``attempts`` times; its first violation propagates."""
-    for _ in range(attempts):
-        run_program(machine_cls, program, record=record)
+    """Run ``program`` up to ``attempts`` times (a controlled one's variants in turn); its
+    first violation propagates."""
+    controlled = program.schedule is not None
+    for attempt in range(attempts):
+        run_program(machine_cls, program, record=record, variant=attempt if controlled else 0)
 
 
 def _fails(machine_cls: MachineClass, program: ParallelProgram) -> bool:
     try:
-        _rerun(machine_cls, program, attempts=2 * RUNS_PER_PROGRAM, record=False)
+        _rerun(machine_cls, program, attempts=_attempts(program), record=False)
     except ContractViolation:
         return True
     return False
@@ -259,30 +308,45 @@ def _move_into_prefix(
                 threads[index] = ops[1:]
             else:
                 del threads[index]
-            candidate = ParallelProgram(program.deps, (*program.prefix, ops[0]), tuple(threads))
+            candidate = dataclasses.replace(
+                program, prefix=(*program.prefix, ops[0]), threads=tuple(threads)
+            )
             if _fails(machine_cls, candidate):
                 program, changed = candidate, True
                 break
     return program
 
 
+#: A controlled race's turns.
+Turns = tuple[Turn, ...]
+
+
 def _run_threads(
-    session: Session, threads: Sequence[Sequence[ProgramStep]]
-) -> tuple[list[Operation], list[Any]]:
+    session: Session, program: ParallelProgram, variant: int
+) -> tuple[list[Operation], list[Any], RaceScheduler | None]:
+    """The program's threads raced: the history, the snapshot after it, and the scheduler
+    when the race was controlled (a schedule, and scheduling points were reached)."""
+    threads = program.threads
     supported = [[step for step in steps if session.supports(step.op)] for steps in threads]
     if session.config.processes:
-        return _run_processes(session, supported)
+        return (*_run_processes(session, supported), None)
     makers = [
         [functools.partial(_thread_call, session, step) for step in steps] for steps in supported
     ]
-    return _race_threads(session, makers)
+    scheduler = None
+    if program.schedule is not None and not is_async_board(session.made_board):
+        scheduler = RaceScheduler(len(makers), program.schedule, variant=variant)
+    history, snapshot = _race_threads(session, makers, scheduler)
+    seen = scheduler is not None and scheduler.points_seen > 0
+    return history, snapshot, scheduler if seen else None
 
 
 def _race_threads(
-    session: Session, makers: Sequence[Sequence[MakeCall]]
+    session: Session, makers: Sequence[Sequence[MakeCall]], scheduler: RaceScheduler | None
 ) -> tuple[list[Operation], list[Any]]:
     """Each thread's calls, from its makers, on a thread of its own from one start line (on a
-    client of its own, with clients); the history and the snapshot after it."""
+    client of its own, with clients), one at a time at its round trips with a ``scheduler``;
+    the history and the snapshot after it."""
     # SPEC 8: with clients, every thread calls a client of its own, as another process would.
     clients = session.open_clients(len(makers)) if session.config.clients else []
     callers: list[Board] = [client for _, client in clients] or [session.board] * len(makers)
@@ -292,6 +356,7 @@ def _race_threads(
         timeout=THREAD_TIMEOUT,
         clock=session.clock,
         interceptors=session.interceptors,
+        scheduler=scheduler,
     )
     if not all(lane.finished for lane in lanes):
         hung = CallTimeoutError(
@@ -376,6 +441,7 @@ def _report(
     program: ParallelProgram,
     history: Sequence[Operation],
     result: LinearizabilityResult,
+    turns: Turns = (),
 ) -> Report:
     """The report of a concurrent history with no sequential order the contract allows; its
     recording is the program, to run again on any board."""
@@ -409,12 +475,42 @@ def _report(
             mark = "!!" if op.id in result.stuck else "  "
             span = f"[{micros_text(op.invoked - start)}..{micros_text(op.returned - start)}]"
             lines.append(f"   {mark} #{op.id} {span:<24} {_describe(op, session)}")
+    lines += _interleaving(history, turns, clients)
     lines += ["", "sequential prefix:"]
     lines += [f"  {step}" for step in program.prefix] or ["  (none)"]
     verdict = Verdict(None, *LINEARIZABILITY, "\n".join(lines))
     # The program as a trace file, kept in case the race does not recur when replayed.
     recording = dataclasses.replace(session.to_trace(verdict), steps=(), program=program)
     return Report(verdict, None, tuple(session.trace), recording)
+
+
+def _turns(history: Sequence[Operation], turns: Turns, clients: bool) -> list[str]:
+    """A controlled race's turns, one line each: which thread went on, in which of its calls
+    (its id in the history), from which round trip."""
+    calls: dict[tuple[int, int], int] = {}
+    for op in history:  # in each thread's order of calls
+        calls[(op.thread, sum(1 for key in calls if key[0] == op.thread))] = op.id
+    lines = []
+    for turn in turns:
+        call = calls.get((turn.agent, turn.call))
+        where = f"#{call}" if call is not None else f"call {turn.call + 1}"
+        again = " (again: the store was busy)" if turn.again else ""
+        if turn.gave_up:
+            again = " (the store was busy: gave up, as its busy timeout would)"
+        lines.append(f"{lane_name(turn.agent, clients)} {where}: {turn.point}{again}")
+    return lines
+
+
+def _interleaving(history: Sequence[Operation], turns: Turns, clients: bool) -> list[str]:
+    """The lines of a report that show a controlled race's interleaving, numbered."""
+    if not turns:
+        return []
+    return [
+        "",
+        "interleaving (controlled: one thread at a time, each turn from the round trip named "
+        "to the thread's next one; replayed exactly):",
+        *(f"  {n:>3}. {line}" for n, line in enumerate(_turns(history, turns, clients), 1)),
+    ]
 
 
 def _describe(op: Operation, session: Session) -> str:

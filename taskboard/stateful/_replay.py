@@ -10,7 +10,13 @@ from taskboard.model import ContractViolation
 from taskboard.stateful._config import defined_nemesis
 from taskboard.stateful._machine import BoardFactory, BoardMachine
 from taskboard.stateful._parallel import RUNS_PER_PROGRAM, run_program
-from taskboard.stateful._reports import failures_reported
+from taskboard.stateful._reports import (
+    FAULT_CLAUSE,
+    Failure,
+    InfrastructureFault,
+    failures_reported,
+    replay_traces_with,
+)
 from taskboard.stateful._runstate import separate_run
 from taskboard.stateful._session import Session, end_example
 from taskboard.stateful._settings import SETTINGS
@@ -18,7 +24,7 @@ from taskboard.stateful._steps import Replay, replay_step
 from taskboard.stateful._trace import NEMESIS_HOOKS
 from taskboard.stateful._tracefile import Trace
 
-__all__ = ["ReplayResult", "replay_trace"]
+__all__ = ["ReplayResult", "replay_failure", "replay_trace", "replays_failing"]
 
 
 @dataclass(frozen=True)
@@ -147,3 +153,38 @@ def _run(machine: BoardMachine, trace: Trace) -> ReplayResult:
         end_example(session)
     assert replay is not None
     return ReplayResult(True, steps_run, None, tuple(replay.differences))
+
+
+def replay_failure(
+    trace: Trace, board: BoardFactory | type[BoardMachine], clause: str
+) -> Failure | None:
+    """What one replay of ``trace`` on ``board`` failed with, if it broke ``clause`` (or, for
+    a fault's trace, met an infrastructure fault); ``None`` for a replay that passed, broke
+    another clause, met a fault, or could not run (``board`` lacks the trace's nemesis)."""
+    try:
+        result = replay_trace(trace, board)
+    except InfrastructureFault as fault:  # no verdict on the contract: not a violation
+        return fault if clause == FAULT_CLAUSE else None
+    except ValueError:  # the board lacks the trace's nemesis hooks: it cannot replay it
+        return None
+    violation = result.violation
+    return violation if violation is not None and violation.clause == clause else None
+
+
+def replays_failing(
+    trace: Trace, board: BoardFactory | type[BoardMachine], tries: int
+) -> tuple[int, Failure | None]:
+    """How many of ``tries`` replays of ``trace`` (which has a verdict) on ``board`` fail as
+    it did (:func:`replay_failure`), and the last such failure."""
+    assert trace.verdict is not None
+    failed, last = 0, None
+    for _ in range(tries):
+        failure = replay_failure(trace, board, trace.verdict.clause)
+        if failure is not None:
+            failed, last = failed + 1, failure
+    return failed, last
+
+
+# A failure that Hypothesis's replay did not repeat is replayed from its trace, and reports sit
+# below this module: they get the replay from here.
+replay_traces_with(replays_failing)

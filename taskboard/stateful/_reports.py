@@ -49,6 +49,7 @@ __all__ = [
     "host_traceback",
     "raise_report",
     "record_failure",
+    "replay_traces_with",
     "time_hints",
     "unrepeated_failure",
     "violation_report",
@@ -136,6 +137,7 @@ class RunStart:
             steps=tuple(steps),
             verdict=verdict,
             created=datetime.now(UTC).isoformat(timespec="seconds"),
+            declared_ops=getattr(self.machine, "declared_ops", None),
             **recorded,
         )
 
@@ -168,7 +170,8 @@ class Report:
     cause: BaseException | None = None
     notes: tuple[str, ...] = ()
     trace_file: str | None = None
-    #: True once the report says it did not recur when Hypothesis replayed it.
+    #: True once Hypothesis's replay of it did not fail: the report then says whether its
+    #: trace's own replays did (then it is one of theirs) or not (then it did not recur).
     unrepeated: bool = False
 
     @property
@@ -528,23 +531,39 @@ def unrepeated_failure(error: BaseException, machine_cls: type | None = None) ->
     if report.unrepeated:
         return seen or report.error()
     wall = machine_cls is not None and getattr(machine_cls, "clock_mode", None) == "wall"
+    failed, tried, again = _trace_replays(report, machine_cls)
+    if again is not None:  # the trace replays: Hypothesis's draws differed, not the board
+        recurred = report_of(again).noted(
+            f"note: Hypothesis's replay of the shrunk example drew other steps, but the trace "
+            f"itself failed again in {failed} of {tried} replays on fresh boards: this is "
+            "that replay's report"
+        )
+        directory = _trace_dir(machine_cls)
+        if directory:
+            recurred = recurred.recorded(directory)
+        error = dataclasses.replace(recurred, unrepeated=True).error()
+        error.__traceback__ = again.__traceback__
+        return error
     why = (
         "on the wall clock a replay cannot repeat the timing exactly (SPEC 7)"
         if wall
         else "the board behaved differently on the same steps (its own randomness, timing "
         "or state kept outside the board)"
     )
+    replays = f", nor did {tried} replays of its trace on fresh boards" if tried else ""
     note = (
-        f"note: this did not recur when Hypothesis replayed the shrunk example: {why}. The "
-        "board did what is reported above once; a replay of the trace may or may not show it."
+        f"note: this did not recur when Hypothesis replayed the shrunk example{replays}: "
+        f"{why}. The board did what is reported above once; a replay of the trace may or may "
+        "not show it."
     )
-    if wall and machine_cls is not None:
+    if wall and machine_cls is not None and refused_allowed_claim(report.steps):
         unit = format_duration(MachineConfig.of(machine_cls).ttl_unit)
         note += (
-            f" A store that cannot honour a lease as short as the TTL unit ({unit}) fails "
-            "this way now and then: a Redlock's clock-drift allowance, a store that keeps "
-            "whole seconds. If so, set shortest_lease (taskboard fuzz --shortest-lease MS) to "
-            "the shortest lease it honours."
+            f" A claim the model allowed was refused: a store that cannot honour a lease as "
+            f"short as the TTL unit ({unit}) fails this way now and then (a Redlock's "
+            "clock-drift allowance, a store that keeps whole seconds). If so, set "
+            "shortest_lease (taskboard fuzz --shortest-lease MS) to the shortest lease it "
+            "honours."
         )
     report = report.noted(note)
     directory = _trace_dir(machine_cls)
@@ -554,6 +573,48 @@ def unrepeated_failure(error: BaseException, machine_cls: type | None = None) ->
     if seen is not None:
         unrepeated.__traceback__ = seen.__traceback__
     return unrepeated
+
+
+def refused_allowed_claim(steps: Sequence[Step]) -> bool:
+    """True when a claim in ``steps`` was refused while the model allowed it to succeed: what
+    a store that keeps a lease longer than asked does (the shortest-lease hint's sign)."""
+    return any(
+        step.call is not None
+        and step.call.op == "claim"
+        and step.outcome is not None
+        and not step.outcome.ok
+        and any(allowed.error is None for allowed in step.allowed)
+        for step in steps
+    )
+
+
+#: Replays of a trace whose Hypothesis replay did not fail, before it is called unrepeated.
+UNREPEATED_TRIES = 3
+
+
+#: How a trace is replayed on fresh boards of a machine: ``(trace, machine, tries)`` gives how
+#: many replays failed as the trace did and the last failure. Set by the replay, which sits
+#: above this module (``taskboard.stateful`` imports it); unset, nothing is replayed.
+TraceReplays = Callable[[Trace, Any, int], tuple[int, Failure | None]]
+_trace_replays_by: list[TraceReplays] = []
+
+
+def replay_traces_with(replays: TraceReplays) -> None:
+    """Replay the traces of failures that did not recur with ``replays``."""
+    _trace_replays_by[:] = [replays]
+
+
+def _trace_replays(report: Report, machine_cls: type | None) -> tuple[int, int, Failure | None]:
+    """How many of :data:`UNREPEATED_TRIES` replays of ``report``'s trace on fresh boards of
+    ``machine_cls`` failed as it did, and the last failure; ``(0, 0, None)`` when it cannot
+    be replayed (no trace, no machine, or a hang, whose replays would each cost a timeout)."""
+    trace = report.recording
+    if trace is None or trace.verdict is None or report.hung or machine_cls is None:
+        return 0, 0, None
+    if not _trace_replays_by:
+        return 0, 0, None
+    failed, last = _trace_replays_by[0](trace, machine_cls, UNREPEATED_TRIES)
+    return failed, UNREPEATED_TRIES, last
 
 
 # -- the host's own frames -------------------------------------------------------------------

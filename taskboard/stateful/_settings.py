@@ -23,6 +23,7 @@ from taskboard.stateful._fields import Reader, micros
 from taskboard.stateful._trace import NEMESIS_HOOKS
 
 __all__ = [
+    "RACE_SCHEDULING",
     "SETTING",
     "SETTINGS",
     "FuzzFlag",
@@ -34,6 +35,9 @@ __all__ = [
     "milliseconds",
     "nemesis_names",
 ]
+
+#: ``race_scheduling``'s values: the operating system's interleaving, or a drawn one.
+RACE_SCHEDULING = ("os", "controlled")
 
 #: Checks a setting's value: ``(where, value)``, ``where`` naming it as ``MyMachine.clock_skew``,
 #: returns the value to use, or raises TypeError saying what the setting takes.
@@ -355,6 +359,16 @@ SETTINGS: tuple[Setting, ...] = (
         "SPEC 8: run each thread of a parallel program in an OS process of its own",
         config="processes",
         fuzz=FuzzFlag("processes", bool),
+    ),
+    Setting(
+        "race_scheduling",
+        "os",
+        _one_of(RACE_SCHEDULING),
+        "how the threads of a parallel program interleave: 'os', as the operating system "
+        "runs them; 'controlled', one at a time at their storage round trips, as drawn",
+        config="race_scheduling",
+        for_board=True,
+        fuzz=FuzzFlag("race_scheduling", str),
     ),
     Setting(
         "durable",

@@ -127,7 +127,11 @@ def _timeline_reason_lines(reason: str) -> list[str]:
 
 
 def timeline_html(
-    history: Sequence[Operation], result: LinearizabilityResult, *, clients: bool = False
+    history: Sequence[Operation],
+    result: LinearizabilityResult,
+    *,
+    clients: bool = False,
+    interleaving: Sequence[str] = (),
 ) -> str:
     """A self-contained HTML page (inline CSS and SVG, no script) of a concurrent history.
 
@@ -136,9 +140,19 @@ def timeline_html(
     invocation; one bar per call, from its invocation to its response, labelled with the
     call, its outcome (the error's name, or the task's state) and the fence of any lease it
     returned. The calls the checker could not place are red and carry its reason; above the
-    chart the verdict is said in words, below it a table lists every call. Every string
-    that came from the board is HTML-escaped."""
-    return _Page.of(history, result, clients).html()
+    chart the verdict is said in words, below it a table lists every call, and, for a
+    controlled race, the ``interleaving``: one line per turn, in order. Every string that
+    came from the board is HTML-escaped."""
+    page = _Page.of(history, result, clients).html()
+    if not interleaving:
+        return page
+    turns = "".join(f"<li>{html.escape(turn)}</li>" for turn in interleaving)
+    section = (
+        "<h2>Interleaving</h2><p>The threads ran one at a time (controlled scheduling): each "
+        "turn goes on from the round trip named to the thread's next one.</p>"
+        f'<ol class="mono">{turns}</ol>'
+    )
+    return page.replace("</body></html>\n", f"{section}</body></html>\n")
 
 
 #: A call's label under its bar: the call, its label's lines, where the label starts (x) and

@@ -57,8 +57,11 @@ SCHEMA = "taskboard-trace"
 #: the clock mode, the skew and each call's window (SPEC 7); a version 1 trace is manual.
 #: Version 3 added nemesis steps (SPEC 9), in the steps and in a program's prefix. Version 4
 #: writes each program step with its own fields (``advance`` its ``ticks``, ``expiry`` its
-#: ``lead``, a nemesis step its ``op`` alone); versions 1 to 3 still read.
-SCHEMA_VERSION = 4
+#: ``lead``, a nemesis step its ``op`` alone). Version 5 names a board command's target
+#: ``exec:COMMAND`` and adds its ``declared_ops``; versions 1 to 4 still read.
+SCHEMA_VERSION = 5
+#: How a trace names a board command (SPEC 10) as its target: ``exec:./myboard --flag``.
+EXEC_PREFIX = "exec:"
 #: Environment variable naming a directory: failing traces are written there.
 TRACE_DIR_ENV = "TASKBOARD_TRACE_DIR"
 
@@ -99,6 +102,9 @@ class Trace:
     #: How often the board renewed its leases by itself (``keep_alive_interval``; ``None``:
     #: it did not).
     keep_alive: timedelta | None = None
+    #: A board command's (``exec:COMMAND``, SPEC 10): the ops its hello declared; ``None``
+    #: for a board in this process, or a trace from before version 5.
+    declared_ops: tuple[str, ...] | None = None
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -109,6 +115,8 @@ def _program_json(program: ParallelProgram) -> dict[str, Any]:
         "deps": {task: list(deps) for task, deps in program.deps.items()},
         "prefix": [step.to_json() for step in program.prefix],
         "threads": [[step.to_json() for step in steps] for steps in program.threads],
+        # Only a controlled race has one: older readers never see the key otherwise.
+        **({} if program.schedule is None else {"schedule": list(program.schedule)}),
     }
 
 
@@ -121,6 +129,7 @@ def trace_to_json(trace: Trace) -> str:
         "created": trace.created,
         "start": trace.start.isoformat(),
         **{field.key: field.encode(getattr(trace, field.field)) for field in _HEADER},
+        "declared_ops": None if trace.declared_ops is None else list(trace.declared_ops),
         "tasks": [_task_json(t) for t in trace.tasks],
         "steps": [write_step(s) for s in trace.steps],
         "program": None if trace.program is None else _program_json(trace.program),
@@ -187,7 +196,15 @@ def _program(reader: _Reader, task_ids: Sequence[str]) -> ParallelProgram:
                 for i, op in enumerate(ops)
             )
         )
-    return ParallelProgram(deps, prefix, tuple(threads))
+    schedule = reader.get("schedule", list, optional=True)
+    if schedule is not None and not all(
+        isinstance(choice, int) and not isinstance(choice, bool) and choice >= 0
+        for choice in schedule
+    ):
+        raise reader.error("schedule", "expected a list of non-negative integers")
+    return ParallelProgram(
+        deps, prefix, tuple(threads), None if schedule is None else tuple(schedule)
+    )
 
 
 def parse_trace(text: str, source: str = "<trace>") -> Trace:
@@ -237,6 +254,9 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
         )
     start = top.when("start")
     assert start is not None
+    declared = top.get("declared_ops", list, optional=True)
+    if declared is not None and not all(isinstance(op, str) for op in declared):
+        raise top.error("declared_ops", "expected a list of op names")
     program_json = top.get("program", dict, optional=True)
     program = None if program_json is None else _program(top.child("program", program_json), ids)
     return Trace(
@@ -246,6 +266,7 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
         verdict=verdict,
         created=top.get("created", str, optional=True) or "",
         program=program,
+        declared_ops=None if declared is None else tuple(declared),
         **header,
     )
 
@@ -290,13 +311,12 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
 
 
 def render_regression_test(trace: Trace, board: str, name: str = "") -> str:
-    """A standalone pytest module that replays ``trace`` against ``board`` (``module:Name``).
+    """A standalone pytest module that replays ``trace`` against ``board``: ``module:Name``,
+    or ``exec:COMMAND``, a board command (SPEC 10) the test starts as the trace did.
 
     The test fails while the board still breaks the contract on these steps, and passes
     once it is fixed: a shrunk failure becomes a regression test.
     """
-    module, _, attr = board.partition(":")
-    top = attr.partition(".")[0]
     clause = trace.verdict.clause if trace.verdict else "the contract"
     test_name = name or "test_" + re.sub(r"[^a-z0-9]+", "_", f"replays {clause}".lower()).strip("_")
     steps = len(trace.steps)
@@ -306,19 +326,33 @@ def render_regression_test(trace: Trace, board: str, name: str = "") -> str:
         if trace.clock_mode == "wall"
         else ""
     )
+    if board.startswith(EXEC_PREFIX):
+        # The command as the trace ran it: a string literal, never code.
+        imports = "from taskboard.stateful import BoardMachine, parse_trace, replay_trace\n"
+        setup = f"COMMAND = {board.removeprefix(EXEC_PREFIX)!r}\n\n"
+        against = "BoardMachine.for_command(COMMAND)"
+    else:
+        module, _, attr = board.partition(":")
+        top = attr.partition(".")[0]
+        imports = (
+            f"from {module} import {top}\n"
+            "from taskboard.stateful import parse_trace, replay_trace\n"
+        )
+        setup = ""
+        against = attr
     return (
         f'"""Regression test generated by taskboard from a shrunk failing trace ({clause})."""\n'
         "\n"
-        f"from {module} import {top}\n"
-        "from taskboard.stateful import parse_trace, replay_trace\n"
+        f"{imports}"
         "\n"
+        f"{setup}"
         f"TRACE = {_python_string(trace_to_json(trace))}\n"
         "\n"
         "\n"
         f"{wall}"
         f"def {test_name}() -> None:\n"
         f'    """The {steps} recorded steps that once broke {clause} now keep the contract."""\n'
-        f"    result = replay_trace(parse_trace(TRACE), {attr})\n"
+        f"    result = replay_trace(parse_trace(TRACE), {against})\n"
         "    assert result.passed, result.report\n"
     )
 

@@ -52,8 +52,9 @@ def virtual_clock(hooks: Any, start: datetime, tick: timedelta) -> FollowedClock
     if not isinstance(server, VirtualServer):
         raise TypeError(
             f"{type(hooks).__qualname__}.clock_mode = 'virtual' needs a server whose clock "
-            "the machine moves: set server = taskboard.servers.Redis() (or .Postgres()) on the "
-            f"class, or run taskboard fuzz with --server redis|postgres (got {server!r})"
+            "the machine moves: set server = taskboard.servers.Redis() (or .Postgres(), or "
+            ".NoServer() for a library on this process's clock) on the class, or run "
+            f"taskboard fuzz with --server redis|postgres (got {server!r})"
         )
     begin = example_start(start, server.now(), tick)
     # Emptied first: a key of the previous example must not outlive it into this one.

@@ -61,7 +61,7 @@ from django.db import connections
 from django.db.backends.signals import connection_created
 
 from taskboard import Clock, Task
-from tests.realworld.records import RecordBoard, Refused, board_for
+from tests.realworld.records import RecordBoard, Refused, board_for, in_process_virtual_machine
 
 __all__ = ["DbMutexDriver", "board"]
 
@@ -217,6 +217,11 @@ board.clock_mode = "wall"  # type: ignore[attr-defined]
 board.clock_resolution = timedelta(microseconds=1)  # type: ignore[attr-defined]
 #: An expired row that no waiter deleted is still this lock's: its release deletes it.
 board.expired_lease_policy = "accept"  # type: ignore[attr-defined]
+
+#: The same board in virtual mode: the library's ``time.time()`` and ``datetime.now()`` read
+#: the machine's clock during its calls; no server (its locks are in SQLite in this process):
+#: ``taskboard fuzz tests.realworld.django_db_mutex:virtual --clock virtual``.
+virtual = in_process_virtual_machine(board)
 
 
 def _repro() -> None:

@@ -9,6 +9,10 @@ The bug (REPORT #9, 3.24.0 … 3.29.5): once B has taken over A's expired lock, 
 acquires while B holds. 3.30.0 (#614) records the marker's (device, inode) at acquire
 and unlinks only its own.
 
+Wall mode only: the age is ``time.time()`` minus a timestamp the kernel stamps on its own
+clock, which no clock in the checker's process moves, so there is no ``virtual`` machine
+(``Entry.wall_only``; ``docs/real-bugs.md``).
+
 How the driver asks the library:
 
 * **claim**: ``SoftFileLock(path, lifetime=L, thread_local=False).acquire(blocking=False)``;

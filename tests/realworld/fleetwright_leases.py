@@ -34,7 +34,8 @@ How the driver asks the library:
   default worker, so on 0.21.0 the token is what tells two holders apart: without it a
   stale release would pass the worker check there too. 0.20.0 has no token to pass.
 * **until**: the unit's ``leased_until`` (a ``time.time()`` float): Python's clock, so
-  the default 1 ms skew.
+  the default 1 ms skew; precisely, the first microsecond whose ``time.time()`` is past it
+  (:func:`ended_after`), which virtual mode judges exactly.
 * **no expiry** (ttl 0): a lease of 100 years; the library has no lease without an end.
 * **attempts**: each claim counts one, and ``reclaim`` retires an expired unit that has
   used ``max_attempts`` (3) to ``failed`` instead of reopening it. The board claims far
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import shutil
 import tempfile
 import time
@@ -64,7 +66,13 @@ from pathlib import Path
 from typing import Any
 
 from taskboard import Clock, Task
-from tests.realworld.records import RecordBoard, Refused, board_for, from_timestamp_ns
+from tests.realworld.records import (
+    RecordBoard,
+    Refused,
+    board_for,
+    from_timestamp_ns,
+    in_process_virtual_machine,
+)
 
 __all__ = ["FleetWrightDriver", "board"]
 
@@ -116,11 +124,27 @@ class FleetWrightDriver:
             raise Refused(f"release({handle.unit_id!r}) returned False")
 
     def until(self, handle: Any, ttl: timedelta) -> datetime | None:
-        return from_timestamp_ns(int(handle.leased_until * 1e9))
+        return ended_after(handle.leased_until)
 
     def close(self) -> None:
         self.conn.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def ended_after(leased_until: float) -> datetime:
+    """The first microsecond whose ``time.time()`` is past ``leased_until``: the instant the
+    lease ends as the library enforces it (``reclaim`` takes a unit once ``leased_until <
+    time.time()``, so it holds through ``leased_until`` itself).
+
+    ``leased_until`` is ``time.time() + lease`` in floating point, up to a quarter of a
+    microsecond off the microsecond grid either way today; the microsecond it is rounded to
+    may still read as not past it. A microsecond's ``time.time()`` is taken as the virtual
+    clock gives it (its ns count over 1e9); on the wall clock the difference is far inside
+    a call's window."""
+    microseconds = math.floor(leased_until * 1e6) - 1  # the product may round up
+    while microseconds * 1000 / 1e9 <= leased_until:
+        microseconds += 1
+    return from_timestamp_ns(microseconds * 1000)
 
 
 def _version() -> str:
@@ -152,6 +176,11 @@ board.clock_mode = "wall"  # type: ignore[attr-defined]
 board.clock_resolution = timedelta(microseconds=1)  # type: ignore[attr-defined]
 #: An expired lease is released while it is unreclaimed, refused once any claim reclaimed it.
 board.expired_lease_policy = "either"  # type: ignore[attr-defined]
+
+#: The same board in virtual mode: the library's ``time.time()`` and ``datetime.now()`` read
+#: the machine's clock during its calls; no server (its locks are in SQLite in this process):
+#: ``taskboard fuzz tests.realworld.fleetwright_leases:virtual --clock virtual``.
+virtual = in_process_virtual_machine(board)
 
 
 def _repro() -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "RenewingRecordBoard",
     "board_for",
     "from_timestamp_ns",
+    "in_process_virtual_machine",
     "virtual_machine",
 ]
 
@@ -162,6 +163,11 @@ class RecordBoard:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            # A library whose lock objects release themselves when collected (sherlock's
+            # ``__del__``) does it now, while its store still answers, and not at the
+            # interpreter's exit, after a virtual-mode run has stopped its server.
+            self._issued.clear()
+            self._records = {key: _Record(record.task) for key, record in self._records.items()}
             self.driver.close()
 
     # -- the Board protocol ------------------------------------------------------------------
@@ -284,12 +290,29 @@ def virtual_machine(
     def board(tasks: Sequence[Task], clock: Clock) -> RecordBoard:
         return board_for(tasks, make_driver(machine.server.url))
 
-    settings = {
+    machine = BoardMachine.for_board(
+        board, clock_mode="virtual", server=taskboard.servers.Redis(), **_settings_of(wall_board)
+    )
+    return machine
+
+
+def in_process_virtual_machine(wall_board: Any) -> type[BoardMachine]:
+    """The virtual-mode machine of an entry whose library keeps time in this process
+    (``time.time()``, ``datetime.now()``; its locks in SQLite here): the wall-mode factory
+    ``wall_board`` itself, on :class:`taskboard.servers.NoServer`, its calls reading the
+    machine's clock. ``taskboard fuzz MODULE:virtual --clock virtual`` runs it."""
+    return BoardMachine.for_board(
+        wall_board,
+        clock_mode="virtual",
+        server=taskboard.servers.NoServer(),
+        **_settings_of(wall_board),
+    )
+
+
+def _settings_of(wall_board: Any) -> dict[str, Any]:
+    """The settings a wall-mode factory carries, other than its clock mode."""
+    return {
         name: getattr(wall_board, name)
         for name in ("clock_resolution", "shortest_lease", "expired_lease_policy")
         if hasattr(wall_board, name)
     }
-    machine = BoardMachine.for_board(
-        board, clock_mode="virtual", server=taskboard.servers.Redis(), **settings
-    )
-    return machine

@@ -18,7 +18,9 @@ How the driver asks the library:
   ``acquire(blocking=False)``, which returns ``False`` when the lock is held.
 * **release**: ``release()``; ``sherlock.LockException`` is a refusal.
 * **renew**: the lock's public ``expire`` set to the new ttl, then ``renew()``; ``False``
-  is a refusal. Both releases re-arm ``EXPIRE`` from now (0.4.1) or would have (0.4.0).
+  is a refusal, and so is ``LockException`` ("Lock was not set by this process": the
+  renewal of a lock this object has released). Both releases re-arm ``EXPIRE`` from now
+  (0.4.1) or would have (0.4.0).
 * **until**: the key's ``PEXPIRETIME`` + 1 ms, read by a script right after the claim or
   renewal (sequential mode: nobody can take the key in between); a key that is gone reads
   as the server's ``TIME``, a lease that has already ended.
@@ -106,7 +108,11 @@ class SherlockRedisDriver:
 
     def extend(self, handle: Any, ttl: timedelta) -> None:
         handle.lock.expire = _seconds(ttl)
-        if not handle.lock.renew():
+        try:
+            renewed = handle.lock.renew()
+        except sherlock.LockException as exc:  # a lock this object has released
+            raise Refused(f"LockException: {exc}") from exc
+        if not renewed:
             raise Refused("renew() returned False")
 
     def until(self, handle: Any, ttl: timedelta) -> datetime | None:

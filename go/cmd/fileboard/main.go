@@ -22,8 +22,8 @@ import (
 	"syscall"
 	"time"
 
-	"taskboard/protocol"
-	"taskboard/taskboard"
+	taskboard "github.com/taskboard-contract/taskboard/go"
+	"github.com/taskboard-contract/taskboard/go/protocol"
 )
 
 type stored struct {

@@ -162,6 +162,10 @@ class ParallelProgram:
     deps: dict[str, tuple[str, ...]]
     prefix: tuple[ProgramStep, ...]
     threads: tuple[tuple[ProgramStep, ...], ...]
+    #: With controlled scheduling, the drawn choices of who goes on at each point where
+    #: several threads may (see :class:`taskboard._schedule.RaceScheduler`); ``None``: the
+    #: threads run at once, as the operating system schedules them.
+    schedule: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,14 @@
-// Package taskboard is the storage-neutral board contract of the Go package that the
-// Python checker ports: the types, the sentinel errors and the Board interfaces.
+// Package taskboard is the storage-neutral board contract that the Python checker ports
+// (SPEC 1 to 5): the types, the sentinel errors, the Board interfaces, the snapshot
+// invariants (Check) and the two concurrency criteria (ConcurrentClaim and
+// DuplicateTokenSubmit).
+//
+// Import it as
+//
+//	import taskboard "github.com/taskboard-contract/taskboard/go"
+//
+// Its subpackages serve a Board to the checker over the board protocol (protocol) and run
+// the checker from go test (protocoltest).
 package taskboard
 
 import (
@@ -32,8 +41,14 @@ const (
 	StateOpen    State = "open"
 	StateClaimed State = "claimed"
 	StateDone    State = "done"
-	StateFailed  State = "failed"
+	// StateFailed is not terminal: failed work is usually redone, so the task can be claimed
+	// again (SPEC 3.6).
+	StateFailed State = "failed"
 )
+
+// Terminal reports whether a task in this state can never be claimed again: true for
+// StateDone only. A failed task must stay claimable, or one failure would pin it for good.
+func (s State) Terminal() bool { return s == StateDone }
 
 // Lease is the proof of one claim, minted by the board. A zero Until never expires.
 type Lease struct {

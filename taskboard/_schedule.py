@@ -1,0 +1,286 @@
+"""Controlled scheduling of racing threads at their storage round trips.
+
+Under a :class:`RaceScheduler`, the participants of a race run one at a time. Each one
+stops at its start and before each round trip to its store (a *scheduling point*: a SQLite
+statement, a redis-py command, a psycopg statement, or a :func:`yield_point` the board
+marks), and the scheduler lets exactly one stopped participant go on until its next point.
+Which one is a choice read from a list of numbers drawn by Hypothesis, so an interleaving
+is data: shrunk, stored in the example database, written to trace files and replayed
+exactly. The points themselves are installed by :mod:`taskboard._roundtrips`; this module
+only knows that a thread of a controlled race has reached one.
+
+A participant may block inside its store while it runs (a row lock another participant
+holds, stopped at its next point). The scheduler then waits :data:`STEP_TIMEOUT` seconds
+for it to reach its next point and, when it does not, lets it run free and schedules the
+others; it joins the schedule again at its next point. A round trip that reports the store
+busy instead of waiting (SQLite, whose busy handler the points replace) makes the
+participant wait at the same point, not chosen again until another has made progress; when
+every participant left is waiting so, the one that has waited longest is told to give up,
+as its busy timeout would tell it. The checker never deadlocks: at the race's deadline every
+participant is let go.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "STEP_TIMEOUT",
+    "RaceScheduler",
+    "Turn",
+    "note_call",
+    "round_trip",
+    "under_control",
+    "yield_point",
+]
+
+#: Seconds a chosen participant may take to reach its next point before the scheduler counts
+#: it as blocked inside its store and lets it run free.
+STEP_TIMEOUT = 0.5
+
+#: What a participant's first turn is labelled: it leaves the start line.
+START = "start"
+
+_State = Literal["new", "waiting", "running", "free", "done"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One step of a controlled race: participant ``agent``, in its call number ``call``
+    (from 0), went on from ``point``, the round trip it was about to make, to its next."""
+
+    agent: int
+    call: int
+    point: str
+    #: The last try of this round trip had found the store busy: the participant tries again.
+    again: bool = False
+    #: ... and this time it gave up on it, as its busy timeout would have.
+    gave_up: bool = False
+
+
+class _Participant:
+    def __init__(self) -> None:
+        self.state: _State = "new"
+        self.point = START
+        self.call = 0
+        #: The decision count when it found its store busy (``None``: it did not).
+        self.busy_since: int | None = None
+        #: It waits to try again a round trip that found the store busy.
+        self.again = False
+        self.give_up = False
+
+
+class _Local(threading.local):
+    scheduler: RaceScheduler | None = None
+    index = -1
+
+
+_LOCAL = _Local()
+
+
+class RaceScheduler:
+    """Runs the participants of one race one at a time, at their scheduling points.
+
+    ``choices`` is the drawn schedule. At each point where more than one participant may go
+    on, the next number ``c`` of it picks the ``c``-th of them (modulo their count), counting
+    from the one after the participant that ran last: a choice of 0 is round robin, and so
+    is every choice after the list runs out, which keeps a participant that spins on a lock
+    from starving the one holding it.
+
+    ``variant`` (from 1) adds to each choice a number of a fixed pseudo-random sequence of
+    its own, so that one drawn schedule gives several distinct interleavings; 0 adds none.
+    :attr:`realized` is what was picked at each choice, as a schedule that gives the same
+    interleaving with no variant.
+    """
+
+    def __init__(
+        self,
+        participants: int,
+        choices: Sequence[int],
+        step_timeout: float = STEP_TIMEOUT,
+        variant: int = 0,
+    ) -> None:
+        self.choices = tuple(choices)
+        self._variation = random.Random(variant) if variant else None
+        #: The position picked at each choice: the schedule that repeats this interleaving.
+        self.realized: list[int] = []
+        self.step_timeout = step_timeout
+        #: Every turn, in order: the interleaving.
+        self.turns: list[Turn] = []
+        #: How many scheduling points past the start the participants reached.
+        self.points_seen = 0
+        #: How many choices of :attr:`choices` were read.
+        self.choices_read = 0
+        #: How often a participant did not reach its next point in time and ran free.
+        self.ran_free = 0
+        self._participants = [_Participant() for _ in range(participants)]
+        self._condition = threading.Condition()
+        self._granted = -1
+        self._last = -1
+        self._released = False
+
+    # -- in a participant's thread ---------------------------------------------------------
+
+    def enter(self, index: int) -> None:
+        """Make this thread participant ``index``, and wait at the start for its first turn."""
+        _LOCAL.scheduler, _LOCAL.index = self, index
+        self._arrive(index, START, busy=False)
+
+    def leave(self) -> None:
+        """This thread's participant is done (finished or crashed)."""
+        index = _LOCAL.index
+        _LOCAL.scheduler, _LOCAL.index = None, -1
+        with self._condition:
+            self._participants[index].state = "done"
+            self._progress()
+            self._condition.notify_all()
+
+    def _arrive(self, index: int, point: str, *, busy: bool) -> bool:
+        """Stop at ``point`` until it is this participant's turn; False: give up instead."""
+        with self._condition:
+            me = self._participants[index]
+            if point != START:
+                self.points_seen += 1
+            if busy:
+                if me.busy_since is None:
+                    me.busy_since = len(self.turns)
+            else:
+                self._progress()
+            me.state, me.point, me.again = "waiting", point, busy
+            self._condition.notify_all()
+            while not self._released and self._granted != index:
+                self._condition.wait()
+            if self._granted == index:
+                self._granted = -1
+            me.state = "running"
+            give_up, me.give_up = me.give_up, False
+            return not give_up
+
+    def _progress(self) -> None:
+        """Someone got on: every participant that found its store busy may try again."""
+        for participant in self._participants:
+            participant.busy_since = None
+
+    # -- in the thread that runs the race --------------------------------------------------
+
+    def run(self, deadline: float) -> None:
+        """Schedule the participants until every one is done or ``deadline`` (a
+        ``time.monotonic()`` value) has passed; then let every one still waiting go free."""
+        with self._condition:
+            try:
+                self._schedule(deadline)
+            finally:
+                self._released = True
+                self._condition.notify_all()
+
+    def _wait(self, until: float, ready: Callable[[], bool]) -> bool:
+        """Wait for ``ready()`` until the monotonic time ``until``."""
+        return self._condition.wait_for(ready, max(0.0, until - time.monotonic()))
+
+    def _schedule(self, deadline: float) -> None:
+        everyone = self._participants
+        if not self._wait(deadline, lambda: all(p.state in ("waiting", "done") for p in everyone)):
+            return
+        while True:
+            if not self._parked():
+                step_end = min(deadline, time.monotonic() + self.step_timeout)
+                if not self._wait(step_end, self._parked):
+                    if time.monotonic() >= deadline:
+                        return
+                    for participant in everyone:
+                        if participant.state == "running":
+                            participant.state = "free"  # blocked in its store, or slow
+                            self.ran_free += 1
+            if all(p.state == "done" for p in everyone):
+                return
+            waiting = [i for i, p in enumerate(everyone) if p.state == "waiting"]
+            ready = [i for i in waiting if everyone[i].busy_since is None]
+            if ready:
+                self._grant(self._choose(ready))
+                continue
+            if any(p.state == "free" for p in everyone):
+                # Someone runs free: it may release what the others wait for.
+                before = self._events()
+                until = deadline if not waiting else min(deadline, time.monotonic() + 0.05)
+                changed = self._wait(until, functools.partial(self._changed_since, before))
+                if changed or not waiting:
+                    if time.monotonic() >= deadline:
+                        return
+                    continue
+            # Every participant left waits on another: the longest waiting gives up.
+            victim = min(waiting, key=lambda i: (everyone[i].busy_since or 0, i))
+            everyone[victim].give_up = True
+            self._grant(victim, gave_up=True)
+
+    def _events(self) -> tuple[int, int]:
+        """What changes when a participant gets on: points reached, participants done."""
+        return self.points_seen, sum(p.state == "done" for p in self._participants)
+
+    def _changed_since(self, events: tuple[int, int]) -> bool:
+        return self._events() != events
+
+    def _parked(self) -> bool:
+        return self._granted < 0 and not any(p.state == "running" for p in self._participants)
+
+    def _choose(self, ready: Sequence[int]) -> int:
+        count = len(self._participants)
+        ordered = sorted(ready, key=lambda i: (i - self._last - 1) % count)
+        if len(ordered) == 1:
+            return ordered[0]
+        choice = 0
+        if self.choices_read < len(self.choices):
+            choice = self.choices[self.choices_read]
+        if self._variation is not None:
+            choice += self._variation.randrange(len(ordered))
+        self.choices_read += 1
+        self.realized.append(choice % len(ordered))
+        return ordered[self.realized[-1]]
+
+    def _grant(self, index: int, *, gave_up: bool = False) -> None:
+        participant = self._participants[index]
+        turn = Turn(index, participant.call, participant.point, participant.again, gave_up)
+        self.turns.append(turn)
+        self._granted = self._last = index
+        participant.state = "running"
+        self._condition.notify_all()
+
+
+def under_control() -> bool:
+    """True in a participant's thread of a controlled race that is still being scheduled."""
+    scheduler = _LOCAL.scheduler
+    return scheduler is not None and not scheduler._released
+
+
+def round_trip(point: str, *, busy: bool = False) -> bool:
+    """A scheduling point: in a participant's thread of a controlled race, wait here for its
+    turn to make the round trip ``point`` (a statement, a command); elsewhere return at once.
+
+    ``busy``: the last try of this same round trip found the store busy. Returns False when
+    the participant must give up on it instead (raise the store's busy error), True otherwise.
+    """
+    scheduler = _LOCAL.scheduler
+    if scheduler is None:
+        return True
+    return scheduler._arrive(_LOCAL.index, point, busy=busy)
+
+
+def note_call(number: int) -> None:
+    """In a participant's thread of a controlled race: it is making its call ``number``."""
+    scheduler = _LOCAL.scheduler
+    if scheduler is not None:
+        with scheduler._condition:
+            scheduler._participants[_LOCAL.index].call = number
+
+
+def yield_point(label: str = "") -> None:
+    """Mark a scheduling point in a board: a round trip the checker cannot see by itself (a
+    store it does not know, a protocol of your own), or a place where another agent's calls
+    may come in between. In a controlled race the calling agent waits here for its turn;
+    anywhere else it returns at once. ``label`` names the point in reports."""
+    round_trip(f"yield_point({label})" if label else "yield_point()")
