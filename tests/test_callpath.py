@@ -23,6 +23,7 @@ from taskboard.stateful import BoardMachine
 from taskboard.stateful._client_clocks import ClientClock
 from taskboard.stateful._parallel import _run_threads
 from taskboard.stateful._session import Session
+from taskboard.stateful._steps import ParallelProgram
 from taskboard.strategies import grid_start
 
 HOUR = timedelta(hours=1)
@@ -291,7 +292,7 @@ def test_a_run_with_client_skew_sends_its_client_clocks_to_the_worker_processes(
     )
     session = Session(machine(), [Task("t1")], grid_start(timedelta(microseconds=1)), parallel=True)
     try:
-        _run_threads(session, [[]])
+        _run_threads(session, ParallelProgram(deps={}, prefix=(), threads=((),)), variant=0)
     finally:
         session.close()
     assert [[type(i) for i in interceptors] for interceptors in sent] == [[ClientClock]]
