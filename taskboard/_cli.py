@@ -528,7 +528,8 @@ def _verdict_lines(report: FuzzReport) -> str:
             f"program runs, {report.programs_per_second:,.1f} programs/s)"
         )
     if report.find_seconds is not None:
-        shrinking = [f"{report.shrink_runs} Hypothesis runs"] if report.shrink_runs else []
+        runs = report.shrink_runs
+        shrinking = [f"{runs} Hypothesis run{'s' if runs != 1 else ''}"] if runs else []
         if report.replay_shrink:
             shrinking.append(report.replay_shrink)
         lines.append(

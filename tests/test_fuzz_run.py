@@ -168,4 +168,4 @@ def test_a_failure_found_at_the_last_example_is_still_shrunk_and_reported(tmp_pa
     assert report.trace_file is not None
     assert report.examples <= 40
     assert report.shrink_runs > 0
-    assert f"to shrink it: {report.shrink_runs} Hypothesis runs" in _summary(report)
+    assert f"to shrink it: {report.shrink_runs} Hypothesis run" in _summary(report)

@@ -164,7 +164,7 @@ def test_a_violation_ends_every_process_also_those_of_shrinking(
     code, output = fuzz(tmp_path, started, "blind")
     assert code == 1, output
     assert "FAILED: a contract violation" in output
-    shrunk = re.search(r"then (\d+) runs? to shrink", output)
+    shrunk = re.search(r"to shrink it: (\d+) Hypothesis runs?", output)
     assert shrunk is not None, output
     assert int(shrunk.group(1)) >= 1, output
     assert_all_ended(started, output, at_least=3)
