@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -252,10 +253,21 @@ def test_ctrl_c_prints_the_summary_and_exits_130(tmp_path: Path, workers: str) -
         text=True,
         start_new_session=True,
     )
+    status: list[str] = []
+    reader = threading.Thread(target=lambda: status.extend(process.stderr or ()), daemon=True)
+    reader.start()
     try:
-        time.sleep(6)  # past start-up (two workers importing on a loaded machine), into the batches
+        # Ctrl-C once a status line shows an example done (past start-up, however loaded the
+        # machine is), not after a fixed sleep.
+        deadline = time.monotonic() + 120
+        while not any(re.match(r"examples [1-9]", line) for line in list(status)):
+            assert time.monotonic() < deadline, "".join(status)
+            assert process.poll() is None, "".join(status)
+            time.sleep(0.05)
         os.killpg(process.pid, signal.SIGINT)
-        out, err = process.communicate(timeout=60)
+        out, _ = process.communicate(timeout=60)
+        reader.join(timeout=60)
+        err = "".join(status)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
