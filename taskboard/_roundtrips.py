@@ -14,7 +14,9 @@ before they go to the store:
 * **redis-py** (sync): each command a client sends, each command a pipeline sends at once
   (``WATCH`` and the reads after it), and each pipeline's ``execute``.
 * **psycopg 3** (sync): each cursor's ``execute`` and ``executemany`` (a connection's
-  ``execute`` goes through one), each ``commit`` and ``rollback``.
+  ``execute`` goes through one), each ``commit`` and ``rollback``. While a statement runs,
+  the scheduler may ask the server whether it waits on another's lock
+  (``pg_blocking_pids`` of its backend, from a monitor connection of the block's own).
 
 Every point is a no-op outside a controlled race's participants, so the patches are safe
 for the rest of the process while they last. Modules a board never imported are not
@@ -32,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar
 
-from taskboard._schedule import round_trip, under_control
+from taskboard._schedule import note_lock_probe, round_trip, under_control
 
 __all__ = ["round_trip_points"]
 
@@ -186,6 +188,66 @@ def _pointed(original: Callable[..., Any], label: Callable[..., str]) -> Callabl
     return method
 
 
+def _psycopg_statement(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A psycopg cursor method with a scheduling point before it, and a lock probe for the
+    scheduler while it runs."""
+
+    def method(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if not under_control():
+            return original(self, query, *args, **kwargs)
+        round_trip(_psycopg_label(self, query))
+        note_lock_probe(_lock_probe(self.connection))
+        return original(self, query, *args, **kwargs)
+
+    method.__wrapped__ = original  # type: ignore[attr-defined]
+    return method
+
+
+class _LockMonitor:
+    """Connections of the block's own, one per server address, that ask PostgreSQL whether
+    a backend waits on another's lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._connections: dict[str, Any] = {}
+
+    def blocked(self, address: str, pid: int) -> bool:
+        """Whether backend ``pid`` of the server at ``address`` (a libpq connection string)
+        waits on a lock; False when the server cannot be asked."""
+        with self._lock:
+            try:
+                monitor = self._connections.get(address)
+                if monitor is None or monitor.closed:
+                    monitor = sys.modules["psycopg"].connect(address, autocommit=True)
+                    self._connections[address] = monitor
+                row = monitor.pgconn.exec_(
+                    f"SELECT cardinality(pg_blocking_pids({int(pid)})) > 0".encode()
+                )
+                return bool(row.get_value(0, 0) == b"t")
+            except Exception:  # a monitor that fails says nothing: the step timeout decides
+                return False
+
+    def close(self) -> None:
+        with self._lock:
+            for monitor in self._connections.values():
+                monitor.close()
+            self._connections.clear()
+
+
+_MONITOR = _LockMonitor()
+
+
+def _lock_probe(connection: Any) -> Callable[[], bool] | None:
+    """How to ask whether ``connection``'s statement waits on a lock; None: it cannot be."""
+    try:
+        info = connection.info
+        pid = info.backend_pid
+        address = sys.modules["psycopg"].conninfo.make_conninfo(info.dsn, password=info.password)
+    except Exception:  # a closed or broken connection: its statement fails at once anyway
+        return None
+    return lambda: _MONITOR.blocked(address, pid)
+
+
 def _command_label(self: Any, *args: Any, **kwargs: Any) -> str:
     return _redis_label(args)
 
@@ -226,9 +288,13 @@ def _patches() -> list[tuple[Any, str, Callable[..., Any]]]:
             (getattr(psycopg, "Connection", None), ("commit", "rollback")),
         ):
             for name in names:
-                if owner is not None and hasattr(owner, name):
-                    label = _psycopg_label if name.startswith("execute") else _fixed(name.upper())
-                    patches.append((owner, name, _pointed(getattr(owner, name), label)))
+                if owner is None or not hasattr(owner, name):
+                    continue
+                original = getattr(owner, name)
+                if name.startswith("execute"):
+                    patches.append((owner, name, _psycopg_statement(original)))
+                else:
+                    patches.append((owner, name, _pointed(original, _fixed(name.upper()))))
     return patches
 
 
@@ -260,3 +326,4 @@ def round_trip_points() -> Iterator[None]:
                 while _INSTALLED:
                     owner, name, original = _INSTALLED.pop()
                     setattr(owner, name, original)
+                _MONITOR.close()

@@ -10,14 +10,18 @@ exactly. The points themselves are installed by :mod:`taskboard._roundtrips`; th
 only knows that a thread of a controlled race has reached one.
 
 A participant may block inside its store while it runs (a row lock another participant
-holds, stopped at its next point). The scheduler then waits :data:`STEP_TIMEOUT` seconds
-for it to reach its next point and, when it does not, lets it run free and schedules the
-others; it joins the schedule again at its next point. A round trip that reports the store
-busy instead of waiting (SQLite, whose busy handler the points replace) makes the
-participant wait at the same point, not chosen again until another has made progress; when
-every participant left is waiting so, the one that has waited longest is told to give up,
-as its busy timeout would tell it. The checker never deadlocks: at the race's deadline every
-participant is let go.
+holds, stopped at its next point). Where its round trip tells how to ask the store whether
+it waits on another's lock (:func:`note_lock_probe`: PostgreSQL's ``pg_blocking_pids``),
+the scheduler asks while it waits and, once the store says so, schedules the others at once;
+before each later turn it asks again, and a participant the store let go is waited for
+until it reaches its next point, so the interleaving stays exact. Otherwise the scheduler
+waits :data:`STEP_TIMEOUT` seconds for it to reach its next point and, when it does not,
+lets it run free and schedules the others; it joins the schedule again at its next point.
+A round trip that reports the store busy instead of waiting (SQLite, whose busy handler
+the points replace) makes the participant wait at the same point, not chosen again until
+another has made progress; when every participant left is waiting so, the one that has
+waited longest is told to give up, as its busy timeout would tell it. The checker never
+deadlocks: at the race's deadline every participant is let go.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ __all__ = [
     "RaceScheduler",
     "Turn",
     "note_call",
+    "note_lock_probe",
     "round_trip",
     "under_control",
     "yield_point",
@@ -43,11 +48,13 @@ __all__ = [
 #: Seconds a chosen participant may take to reach its next point before the scheduler counts
 #: it as blocked inside its store and lets it run free.
 STEP_TIMEOUT = 0.5
+#: Seconds between two questions to the store whether a participant waits on a lock.
+PROBE_INTERVAL = 0.002
 
 #: What a participant's first turn is labelled: it leaves the start line.
 START = "start"
 
-_State = Literal["new", "waiting", "running", "free", "done"]
+_State = Literal["new", "waiting", "running", "blocked", "free", "done"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,8 @@ class _Participant:
         #: It waits to try again a round trip that found the store busy.
         self.again = False
         self.give_up = False
+        #: Asks the store whether the round trip under way waits on another's lock.
+        self.lock_probe: Callable[[], bool] | None = None
 
 
 class _Local(threading.local):
@@ -93,6 +102,10 @@ class RaceScheduler:
     is every choice after the list runs out, which keeps a participant that spins on a lock
     from starving the one holding it.
 
+    ``crossing``, if given, is ``(turn, move)``: ``move()`` is called once, before the turn
+    of that number (from 0) is granted, if it is (a race on the wall clock that must cross
+    an instant between two turns sleeps there until it).
+
     ``variant`` (from 1) adds to each choice a number of a fixed pseudo-random sequence of
     its own, so that one drawn schedule gives several distinct interleavings; 0 adds none.
     :attr:`realized` is what was picked at each choice, as a schedule that gives the same
@@ -105,8 +118,10 @@ class RaceScheduler:
         choices: Sequence[int],
         step_timeout: float = STEP_TIMEOUT,
         variant: int = 0,
+        crossing: tuple[int, Callable[[], None]] | None = None,
     ) -> None:
         self.choices = tuple(choices)
+        self._crossing = crossing
         self._variation = random.Random(variant) if variant else None
         #: The position picked at each choice: the schedule that repeats this interleaving.
         self.realized: list[int] = []
@@ -119,6 +134,8 @@ class RaceScheduler:
         self.choices_read = 0
         #: How often a participant did not reach its next point in time and ran free.
         self.ran_free = 0
+        #: How often the store said a participant waits on another's lock.
+        self.blocked = 0
         self._participants = [_Participant() for _ in range(participants)]
         self._condition = threading.Condition()
         self._granted = -1
@@ -153,6 +170,7 @@ class RaceScheduler:
             else:
                 self._progress()
             me.state, me.point, me.again = "waiting", point, busy
+            me.lock_probe = None
             self._condition.notify_all()
             while not self._released and self._granted != index:
                 self._condition.wait()
@@ -188,9 +206,9 @@ class RaceScheduler:
         if not self._wait(deadline, lambda: all(p.state in ("waiting", "done") for p in everyone)):
             return
         while True:
-            if not self._parked():
+            if not self._settled():
                 step_end = min(deadline, time.monotonic() + self.step_timeout)
-                if not self._wait(step_end, self._parked):
+                if not self._wait_settled(step_end):
                     if time.monotonic() >= deadline:
                         return
                     for participant in everyone:
@@ -204,7 +222,7 @@ class RaceScheduler:
             if ready:
                 self._grant(self._choose(ready))
                 continue
-            if any(p.state == "free" for p in everyone):
+            if any(p.state in ("free", "blocked") for p in everyone):
                 # Someone runs free: it may release what the others wait for.
                 before = self._events()
                 until = deadline if not waiting else min(deadline, time.monotonic() + 0.05)
@@ -225,8 +243,33 @@ class RaceScheduler:
     def _changed_since(self, events: tuple[int, int]) -> bool:
         return self._events() != events
 
-    def _parked(self) -> bool:
-        return self._granted < 0 and not any(p.state == "running" for p in self._participants)
+    def _settled(self) -> bool:
+        """No participant is on its way to its next point: each waits at one, is done, runs
+        free, or waits on another's lock in its store (as the store says when asked)."""
+        if self._granted >= 0:
+            return False
+        for participant in self._participants:
+            probe = participant.lock_probe
+            if participant.state == "blocked" and (probe is None or not probe()):
+                participant.state = "running"  # the store let it go: wait for its next point
+            if participant.state == "running":
+                if probe is None or not probe():
+                    return False
+                participant.state = "blocked"
+                self.blocked += 1
+        return True
+
+    def _wait_settled(self, until: float) -> bool:
+        """Wait until :meth:`_settled` or the monotonic time ``until``; asks the store every
+        :data:`PROBE_INTERVAL` while a participant's round trip can be asked about."""
+        while not self._settled():
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            if any(p.lock_probe is not None for p in self._participants):
+                left = min(left, PROBE_INTERVAL)
+            self._condition.wait(left)
+        return True
 
     def _choose(self, ready: Sequence[int]) -> int:
         count = len(self._participants)
@@ -242,7 +285,14 @@ class RaceScheduler:
         self.realized.append(choice % len(ordered))
         return ordered[self.realized[-1]]
 
+    def _cross(self) -> None:
+        """Make the clock's move, once, if the turn it comes before is next."""
+        if self._crossing is not None and len(self.turns) >= self._crossing[0]:
+            move, self._crossing = self._crossing[1], None
+            move()
+
     def _grant(self, index: int, *, gave_up: bool = False) -> None:
+        self._cross()
         participant = self._participants[index]
         turn = Turn(index, participant.call, participant.point, participant.again, gave_up)
         self.turns.append(turn)
@@ -276,6 +326,17 @@ def note_call(number: int) -> None:
     if scheduler is not None:
         with scheduler._condition:
             scheduler._participants[_LOCAL.index].call = number
+
+
+def note_lock_probe(probe: Callable[[], bool] | None) -> None:
+    """In a participant's thread of a controlled race, about the round trip it is making
+    until its next point: ``probe()`` tells whether it now waits on a lock another
+    participant holds in the store; ``None``: it cannot be asked. Elsewhere it does nothing."""
+    scheduler = _LOCAL.scheduler
+    if scheduler is not None:
+        with scheduler._condition:
+            scheduler._participants[_LOCAL.index].lock_probe = probe
+            scheduler._condition.notify_all()
 
 
 def yield_point(label: str = "") -> None:

@@ -21,6 +21,7 @@ import pickle
 import time
 import unittest
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from hypothesis import given, settings
@@ -230,9 +231,14 @@ def run_program(
         tasks = [Task(id=t, title=f"task {t}", deps=program.deps[t]) for t in TASK_IDS]
         session = Session(hooks, tasks, grid_start(hooks.config.resolution), parallel=True)
         session.observe(None)
-        for step in program.prefix:
+        crossing = None
+        for position, step in enumerate(program.prefix):
+            if position == len(program.prefix) - 1:
+                crossing = _expiry_crossing(session, program, step)
+            session.defer_landing = crossing is not None
             step.run(session)
-        history, snapshot, scheduler = _run_threads(session, program, variant)
+        session.defer_landing = False
+        history, snapshot, scheduler = _run_threads(session, program, variant, crossing)
         turns = tuple(scheduler.turns) if scheduler else ()
         if scheduler:
             program = dataclasses.replace(program, schedule=tuple(scheduler.realized))
@@ -322,7 +328,10 @@ Turns = tuple[Turn, ...]
 
 
 def _run_threads(
-    session: Session, program: ParallelProgram, variant: int
+    session: Session,
+    program: ParallelProgram,
+    variant: int,
+    crossing: tuple[int, datetime] | None = None,
 ) -> tuple[list[Operation], list[Any], RaceScheduler | None]:
     """The program's threads raced: the history, the snapshot after it, and the scheduler
     when the race was controlled (a schedule, and scheduling points were reached)."""
@@ -334,11 +343,33 @@ def _run_threads(
         [functools.partial(_thread_call, session, step) for step in steps] for steps in supported
     ]
     scheduler = None
+    landing, session.deferred_landing = session.deferred_landing, None
     if program.schedule is not None and not is_async_board(session.made_board):
-        scheduler = RaceScheduler(len(makers), program.schedule, variant=variant)
+        crossed = None
+        if crossing is not None:
+            crossed = (crossing[0], functools.partial(session.clock_to, crossing[1]))
+        scheduler = RaceScheduler(len(makers), program.schedule, variant=variant, crossing=crossed)
+    elif landing is not None:
+        session.clock_to(landing)  # no control after all: land as the threads mode does
     history, snapshot = _race_threads(session, makers, scheduler)
     seen = scheduler is not None and scheduler.points_seen > 0
     return history, snapshot, scheduler if seen else None
+
+
+def _expiry_crossing(
+    session: Session, program: ParallelProgram, step: ProgramStep
+) -> tuple[int, datetime] | None:
+    """For a controlled program on the wall clock whose prefix ends with ``step``, an
+    :class:`ExpiryStep`: its threads cross the lease's until, not at a lead of real time
+    (lining up the threads takes longer than that), but at a turn: before turn ``lead + 1``
+    the race sleeps until just past the until. None for any other program."""
+    if program.schedule is None or not session.wall or not isinstance(step, ExpiryStep):
+        return None
+    task = session.model.task(step.task)
+    lease = task.lease if task is not None else None
+    if lease is None or lease.until is None:
+        return None
+    return step.lead + 1, lease.until + session.config.past_until
 
 
 def _race_threads(

@@ -226,6 +226,9 @@ class Session:
         self.ttl_unit = config.ttl_unit
         #: On the wall clock, how long this example's clock steps have slept.
         self.waited = timedelta(0)
+        #: Wall clock: a move of the clock is kept in :attr:`deferred_landing`, not slept.
+        self.defer_landing = False
+        self.deferred_landing: datetime | None = None
         self.clock: Clock = (
             machine_clock(config.client_skew)
             if self.wall
@@ -572,7 +575,12 @@ class Session:
         self.trace.append(Step(len(self.trace) + 1, before, advance=moved, note=note))
 
     def clock_to(self, target: datetime) -> None:
-        """Set the manual clock to ``target``; on the wall clock, sleep until it is reached."""
+        """Set the manual clock to ``target``; on the wall clock, sleep until it is reached,
+        or, while :attr:`defer_landing` is set, keep it as :attr:`deferred_landing` (the
+        threads of a controlled race sleep until it from their start line)."""
+        if self.defer_landing and not isinstance(self.clock, ManualClock):
+            self.deferred_landing = target
+            return
         if isinstance(self.clock, ManualClock):
             self.clock.set(target)
         else:
