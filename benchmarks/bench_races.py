@@ -1,21 +1,24 @@
 """Races under controlled scheduling against today's threads, on the same seeds.
 
-For each race mutant (taskboard.hosts.race_mutants) and each seed, the parallel mode runs on
-SQLite files twice: with ``race_scheduling = "os"`` (threads as the operating system runs
+For each race mutant (taskboard.hosts.race_mutants; with TASKBOARD_POSTGRES_URL set, also
+taskboard.hosts.postgres_race_mutants, on the wall clock) and each seed, the parallel mode
+runs twice: with ``race_scheduling = "os"`` (threads as the operating system runs
 them) and ``"controlled"`` (one thread at a time at the storage round trips, as drawn). It
 prints, per mode, how many seeds caught the race, the median programs (Hypothesis examples)
 and seconds to the first violation, the size of the shrunk program (threads, calls), and how
 many of ``--replays`` replays of its trace fail on their first run of the program.
 
-Then each correct reference host (SQLiteBoard; RedisBoard when TASKBOARD_REDIS_URL is set)
+Then each correct reference host (SQLiteBoard; RedisBoard when TASKBOARD_REDIS_URL is set;
+PostgresBoard on its server's clock, on the wall clock, when TASKBOARD_POSTGRES_URL is)
 runs ``--max-examples`` controlled programs per seed: the false alarms must be zero.
 
-    python benchmarks/bench_races.py [--seeds 5] [--max-examples 200] [--replays 10]
+    python benchmarks/bench_races.py [--seeds 5] [--max-examples 200] [--replays 10] [--only NAME]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import statistics
@@ -65,12 +68,42 @@ def files(board: type, directory: Path) -> Any:
     return make
 
 
+@dataclass(frozen=True)
+class Race:
+    """A race mutant to measure: its name, how to make its factory in a directory, and the
+    machine settings it needs."""
+
+    name: str
+    factory: Any
+    attributes: dict[str, Any]
+
+
+def races() -> list[Race]:
+    """The SQLite race mutants, and the PostgreSQL ones when a server is configured."""
+    found = [Race(b.__name__, functools.partial(files, b), {}) for b in RACE_MUTANTS]
+    url = os.environ.get("TASKBOARD_POSTGRES_URL")
+    if url:
+        from taskboard.hosts.postgres_race_mutants import POSTGRES_RACE_MUTANTS
+
+        for board in POSTGRES_RACE_MUTANTS:
+            on_server = functools.partial(on_postgres, board, url)
+            found.append(Race(board.__name__, on_server, {"clock_mode": "wall"}))
+    return found
+
+
+def on_postgres(board: type, url: str, directory: Path) -> Any:
+    """A factory of ``board`` boards on the server at ``url`` (``directory`` is unused)."""
+    return lambda tasks, clock: board(tasks, clock, url)
+
+
 def run(
-    board: type, mode: str, run_seed: int, max_examples: int, replays: int, directory: Path
+    race: Race, mode: str, run_seed: int, max_examples: int, replays: int, directory: Path
 ) -> Catch | None:
     """One seed of one mode: the catch, or None when the race was not caught."""
-    factory = files(board, directory / f"{board.__name__}-{mode}-{run_seed}")
-    machine = BoardMachine.for_board(factory, race_scheduling=mode, trace_target="")
+    factory = race.factory(directory / f"{race.name}-{mode}-{run_seed}")
+    machine = BoardMachine.for_board(
+        factory, race_scheduling=mode, trace_target="", **race.attributes
+    )
     programs: list[ParallelProgram] = []
     first: list[tuple[int, float]] = []
     started = time.perf_counter()
@@ -130,11 +163,20 @@ def false_alarms(seeds: int, max_examples: int, directory: Path) -> list[str]:
         from taskboard.hosts.redis import RedisBoard
 
         hosts.append(("RedisBoard", lambda tasks, clock: RedisBoard(tasks, clock, url)))
+    postgres = os.environ.get("TASKBOARD_POSTGRES_URL")
+    if postgres:
+        from taskboard.hosts.postgres import PostgresBoard
+
+        def on_server_clock(tasks: Sequence[Task], clock: Clock) -> Any:
+            return PostgresBoard(tasks, "server", postgres)
+
+        hosts.append(("PostgresBoard (server clock, wall)", on_server_clock))
     lines = []
     for name, factory in hosts:
         alarms, started = 0, time.perf_counter()
+        wall: dict[str, Any] = {"clock_mode": "wall"} if name.startswith("PostgresBoard") else {}
         for run_seed in range(seeds):
-            machine = BoardMachine.for_board(factory, race_scheduling="controlled")
+            machine = BoardMachine.for_board(factory, race_scheduling="controlled", **wall)
             try:
                 run_parallel_state_machine(
                     seed(run_seed)(machine),
@@ -156,6 +198,7 @@ def main() -> None:
     parser.add_argument("--max-examples", type=int, default=200)
     parser.add_argument("--replays", type=int, default=10)
     parser.add_argument("--controls", type=int, default=100, help="programs per correct host")
+    parser.add_argument("--only", default="", help="measure only the races whose name has this")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="taskboard-races-") as temp:
         directory = Path(temp)
@@ -164,15 +207,15 @@ def main() -> None:
             f"the seeds that caught the race; replays failing on their first run, of "
             f"{args.replays}"
         )
-        for board in RACE_MUTANTS:
+        for race in (r for r in races() if args.only in r.name):
             for mode in MODES:
                 catches = [
                     catch
                     for s in range(args.seeds)
-                    if (catch := run(board, mode, s, args.max_examples, args.replays, directory))
+                    if (catch := run(race, mode, s, args.max_examples, args.replays, directory))
                 ]
                 print(
-                    f"  {board.__name__:<28} {mode:<11} caught {len(catches)}/{args.seeds}  "
+                    f"  {race.name:<28} {mode:<11} caught {len(catches)}/{args.seeds}  "
                     f"programs to catch {median([c.programs for c in catches]):>5}  "
                     f"seconds {median([c.seconds for c in catches]):>6}  "
                     f"shrunk threads {median([c.threads for c in catches])} "
