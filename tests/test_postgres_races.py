@@ -1,6 +1,6 @@
 """Controlled races on PostgreSQL: a statement that waits on another's row lock is seen
 waiting (``pg_blocking_pids``) and the others scheduled at once; the board that reads
-``now()`` before its ``FOR UPDATE`` wait is caught, shrunk and replayed; the reference host
+``now()`` before its ``FOR UPDATE`` wait is caught and replayed; the reference host
 gives no false alarm."""
 
 from __future__ import annotations
