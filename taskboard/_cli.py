@@ -37,6 +37,7 @@ from taskboard._fuzz import (
 from taskboard._fuzz import resolve_target as _resolve_target
 from taskboard._fuzz.fleet_view import show_campaign
 from taskboard._fuzz.junit import JUnitRun, check_junit_path, remove_old_junit, write_junit_xml
+from taskboard._fuzz.report import lease_limit_lines, renew_ttl_lines
 from taskboard._fuzz.serving import process_server, serving
 from taskboard._fuzz.targets import exec_target
 from taskboard._operations import OPERATIONS, OPTIONAL_OPERATIONS
@@ -524,6 +525,7 @@ def _summary(report: FuzzReport) -> str:
     missing = sum(1 for key, _ in keys if not _count(report.transitions, *key))
     if missing:
         lines.append(f"  {missing} key transition(s) never reached (!!): run longer")
+    lines += renew_ttl_lines(report) + lease_limit_lines(report)
     if report.concurrent_calls:
         lines += ["", "parallel coverage (calls made by racing threads, operation -> outcome):"]
         lines += [
