@@ -222,6 +222,14 @@ def _parser() -> argparse.ArgumentParser:
         "seconds; default: the machine's shortest_lease, none)",
     )
     fuzz_cmd.add_argument(
+        "--lease-limits",
+        metavar="LIMITS",
+        help="what leases the store can hold, comma-separated: no-expiry-only (a lock that "
+        "never expires), expiring-only, no-renew-to-no-expiry, whole-units, shortest=MS, "
+        "longest=MS; the machine asks for no other lease (default: the machine's "
+        "lease_limits, any; a board may also answer NotImplementedError, which is learned)",
+    )
+    fuzz_cmd.add_argument(
         "--nemesis",
         metavar="STEPS",
         help="which storage failures run as rare steps (SPEC 9): restart (the target's "
@@ -412,6 +420,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         clock_skew=args.clock_skew,
         client_clock_skew=args.client_clock_skew,
         shortest_lease=args.shortest_lease,
+        lease_limits=args.lease_limits,
         nemesis=args.nemesis,
         campaign=args.campaign,
         server=args.server,

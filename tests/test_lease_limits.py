@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from taskboard import ClaimRequest, Clock, State, Task
-from taskboard._cli import _summary
+from taskboard._cli import _summary, main
 from taskboard._fuzz import FuzzOptions, fuzz
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.model import ContractViolation, Op
@@ -152,14 +152,15 @@ def test_a_declared_limit_spends_no_call_on_a_lease_the_board_cannot_hold(
 def test_unsupported_answers_are_learned_and_then_not_asked_again(tmp_path: Path) -> None:
     """An undeclared board that answers NotImplementedError to every lease with a TTL is no
     fault: the run learns it holds leases without expiry only, after a handful of refusals
-    (each a doubling of the shortest TTL tried), and asks for none with a TTL after that."""
+    (each doubles the shortest TTL tried, and one that outlives the example ends it), and
+    asks for none with a TTL after that."""
     report = fuzz("tests.test_lease_limits:NeverExpiring", quiet(tmp_path), progress=None)
     assert report.failure is None
     assert report.declared_limits == ""
     assert report.limits == "leases without expiry only"
     assert 0 < report.refused <= 16
     assert report.adapted > 10 * report.refused
-    assert "1" in _summary(report).split("lease limits:", 1)[1]
+    assert f"  {report.refused} call(s) refused as unsupported" in _summary(report)
 
 
 def test_an_unsupported_answer_that_changed_the_board_is_a_violation(tmp_path: Path) -> None:
@@ -231,3 +232,23 @@ def test_a_failure_that_shrank_to_another_clause_reports_both_and_prefers_the_fi
         same = _report("SPEC 3.2", 3).error()
         assert with_first_found(same, Machine) is same
         assert found_clause(same) == "SPEC 3.2"
+
+
+def test_lease_limits_on_the_command_line_set_the_machines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``taskboard fuzz --lease-limits no-expiry-only`` declares what the board holds: the
+    undeclared board is then never refused; a word it does not know is a usage error (exit 2,
+    one line naming the words it takes), before anything runs."""
+    common = ["--max-examples", "10", "--seed", "1", "--mode", "sequential", "--quiet"]
+    common += ["--database", str(tmp_path / "db"), "--trace-dir", str(tmp_path / "traces")]
+    target = "tests.test_lease_limits:NeverExpiring"
+    assert main(["fuzz", target, "--lease-limits", "no-expiry-only", *common]) == 0
+    out = capsys.readouterr().out
+    assert "lease limits: declared leases without expiry only; learned nothing more" in out
+    assert "  0 call(s) refused" in out
+    assert main(["fuzz", target, "--lease-limits", "sometimes", *common]) == 2
+    err = capsys.readouterr().err
+    assert "--lease-limits: unknown lease limit 'sometimes'" in err
+    assert "no-expiry-only" in err
+    assert not (tmp_path / "traces").exists()

@@ -61,6 +61,7 @@ FUZZ_EXAMPLES: dict[str, tuple[Any, object]] = {
     "clock_skew": (3.0, 3 * MS),
     "client_clock_skew": (4.0, 4 * MS),
     "shortest_lease": (5.0, 5 * MS),
+    "lease_limits": ("no-expiry-only", LeaseLimits(expiring=False)),
     "call_timeout": (7.0, timedelta(seconds=7)),
     "tolerate_faults": (True, True),
     "parallel_processes": (True, True),

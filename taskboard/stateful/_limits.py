@@ -20,7 +20,7 @@ from datetime import timedelta
 from taskboard.model import Call, Op, format_duration
 from taskboard.stateful._runstate import current_run
 
-__all__ = ["LIMITED_OPS", "Holding", "LeaseLimits"]
+__all__ = ["LIMITED_OPS", "LIMIT_WORDS", "Holding", "LeaseLimits"]
 
 #: The operations that ask for a lease, and so can ask for one the board cannot hold.
 LIMITED_OPS = (Op.CLAIM, Op.RENEW)
@@ -28,6 +28,18 @@ LIMITED_OPS = (Op.CLAIM, Op.RENEW)
 
 def _round_up(ttl: timedelta, grain: timedelta) -> timedelta:
     return -(-ttl // grain) * grain
+
+
+#: The words of ``--lease-limits``, each with the fields it sets.
+LIMIT_WORDS: dict[str, dict[str, object]] = {
+    "any": {},
+    "no-expiry-only": {"expiring": False},
+    "expiring-only": {"no_expiry": False},
+    "no-renew-to-no-expiry": {"renew_to_no_expiry": False},
+    "whole-units": {"whole_units": True},
+    "shortest=MS": {},
+    "longest=MS": {},
+}
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,33 @@ class LeaseLimits:
             if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
                 raise ValueError(f"LeaseLimits.{name} must be a positive timedelta or None")
 
+    @classmethod
+    def parse(cls, text: str) -> LeaseLimits:
+        """Limits as ``taskboard fuzz --lease-limits`` takes them: comma-separated words of
+        :data:`LIMIT_WORDS` (``no-expiry-only``, ``longest=5000``, TTLs in milliseconds), or
+        ``any``.
+
+        Raises:
+            ValueError: a word it does not know, a bad number, or limits that hold nothing.
+        """
+        fields: dict[str, object] = {}
+        for word in filter(None, (part.strip() for part in text.split(","))):
+            name, _, number = word.partition("=")
+            if name in ("shortest", "longest") and number:
+                try:
+                    milliseconds = float(number)
+                except ValueError:
+                    raise ValueError(f"{name}= takes milliseconds, got {number!r}") from None
+                if not 0 < milliseconds < 1e12:
+                    raise ValueError(f"{name}= takes a positive number of ms, got {number}")
+                fields[name] = timedelta(milliseconds=milliseconds)
+            elif LIMIT_WORDS.get(word):
+                fields.update(LIMIT_WORDS[word])
+            elif word != "any":
+                known = ", ".join(LIMIT_WORDS)
+                raise ValueError(f"unknown lease limit {word!r}: use {known} (comma-separated)")
+        return cls(**fields)  # type: ignore[arg-type]
+
     @property
     def limited(self) -> bool:
         """True unless every lease SPEC 2 describes is held."""
@@ -81,7 +120,7 @@ class LeaseLimits:
             words.append(f"TTLs of {format_duration(self.shortest)} or more")
         if self.longest is not None and self.expiring:
             words.append(f"TTLs of {format_duration(self.longest)} or less")
-        if self.whole_units:
+        if self.whole_units and self.expiring:
             words.append("whole units of the resolution only")
         return ", ".join(words) or "any lease"
 
@@ -129,12 +168,17 @@ class LeaseLimits:
             return self
         if ttl % resolution:
             return dataclasses.replace(self, whole_units=True)
-        if ttl >= outliving and self.no_expiry:
-            return dataclasses.replace(self, expiring=False)
         shortest = max(self.shortest or timedelta(0), 2 * ttl)
-        if self.longest is not None and shortest > self.longest:
-            return dataclasses.replace(self, expiring=False) if self.no_expiry else self
+        too_long = ttl >= outliving or (self.longest is not None and shortest > self.longest)
+        if too_long:  # what was learned of expiring leases no longer matters
+            return self.without_expiring() if self.no_expiry else self
         return dataclasses.replace(self, shortest=shortest)
+
+    def without_expiring(self) -> LeaseLimits:
+        """These limits on a board that holds no expiring lease at all."""
+        return LeaseLimits(
+            expiring=False, no_expiry=True, renew_to_no_expiry=self.renew_to_no_expiry
+        )
 
 
 @dataclass

@@ -315,6 +315,7 @@ SETTINGS: tuple[Setting, ...] = (
         "no other, and learns more from its NotImplementedError answers",
         config="limits",
         for_board=True,
+        fuzz=FuzzFlag("lease_limits", LeaseLimits.parse),
     ),
     Setting(
         "keep_alive_interval",
