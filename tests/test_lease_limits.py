@@ -191,7 +191,7 @@ def test_the_coverage_table_counts_boundary_ttls_of_renews_on_a_live_current_lea
 
 
 def test_a_holder_action_on_a_task_nobody_holds_acts_on_the_next_held_task() -> None:
-    """The holder rules act on the drawn task when it is claimed (live or expired), else on
+    """A holder's renew acts on the drawn task when it is claimed (live or expired), else on
     the next claimed one in task order, round; with none claimed, on the drawn task."""
     states = {"t1": State.OPEN, "t2": State.DONE, "t3": State.CLAIMED}
 
