@@ -252,3 +252,15 @@ def test_lease_limits_on_the_command_line_set_the_machines(
     assert "--lease-limits: unknown lease limit 'sometimes'" in err
     assert "no-expiry-only" in err
     assert not (tmp_path / "traces").exists()
+
+
+def test_racing_threads_ask_only_for_leases_the_board_holds(tmp_path: Path) -> None:
+    """The calls of a parallel program's threads, which do not pass through the session's
+    perform, are changed to a lease the board holds too: none is refused (an ambiguous
+    outcome in the history), and claims and renews go through."""
+    options = quiet(tmp_path, max_examples=12, mode="parallel")
+    report = fuzz("tests.test_lease_limits:never_expiring", options, progress=None)
+    assert report.failure is None
+    assert report.parallel_runs > 0
+    assert not [key for key in report.concurrent_calls if key[1] == "ambiguous"]
+    assert report.concurrent_calls[("claim", "ok")] > 0

@@ -157,7 +157,7 @@ class ActStep(ProgramStep):
             holder = "previous" if self.token == "previous" else "latest"
             token = session.token_of(self.task, holder) or NEVER_ISSUED
         ttl = session.config.lease_ttl(self.ttl_ticks)
-        return Call(Op(self.op), self.task, token=token, ttl=ttl)
+        return session.holding.holdable(Call(Op(self.op), self.task, token=token, ttl=ttl))
 
     @property
     def own_token(self) -> bool:
