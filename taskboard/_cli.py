@@ -37,7 +37,7 @@ from taskboard._fuzz import (
 from taskboard._fuzz import resolve_target as _resolve_target
 from taskboard._fuzz.fleet_view import show_campaign
 from taskboard._fuzz.junit import JUnitRun, check_junit_path, remove_old_junit, write_junit_xml
-from taskboard._fuzz.report import RunHeader, run_notes
+from taskboard._fuzz.report import RunHeader, lease_limit_lines, renew_ttl_lines, run_notes
 from taskboard._fuzz.serving import process_server, serving
 from taskboard._fuzz.summary_json import summary_json, write_summary_json
 from taskboard._fuzz.targets import exec_target
@@ -240,6 +240,14 @@ def _parser() -> argparse.ArgumentParser:
         "over: 'accept' (renew, release, complete and fail still work), 'reject' "
         "(LeaseLostError) or 'either' (default: the machine's expired_lease_policy; for "
         "--exec, the one the command's hello declares, else either)",
+    )
+    fuzz_cmd.add_argument(
+        "--lease-limits",
+        metavar="LIMITS",
+        help="what leases the store can hold, comma-separated: no-expiry-only (a lock that "
+        "never expires), expiring-only, no-renew-to-no-expiry, whole-units, shortest=MS, "
+        "longest=MS; the machine asks for no other lease (default: the machine's "
+        "lease_limits, any; a board may also answer NotImplementedError, which is learned)",
     )
     fuzz_cmd.add_argument(
         "--nemesis",
@@ -448,6 +456,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         client_clock_skew=args.client_clock_skew,
         shortest_lease=args.shortest_lease,
         expired_lease_policy=args.expired_lease_policy,
+        lease_limits=args.lease_limits,
         nemesis=args.nemesis,
         campaign=args.campaign,
         server=args.server,
@@ -558,6 +567,7 @@ def _coverage_lines(report: FuzzReport, *, verbose: bool) -> str:
     """The key transitions reached, then (``verbose``) every transition and parallel call."""
     lines = ["key transitions:"]
     lines += _key_transitions(report)
+    lines += renew_ttl_lines(report) + lease_limit_lines(report)
     if not verbose:
         lines.append("  (--verbose also lists every transition and parallel call reached)")
         return "\n".join(lines)

@@ -15,6 +15,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
     ("script", "args", "expected"),
     [
         ("bench_machine.py", ["--examples", "3"], "checking costs"),
+        ("bench_reach.py", ["--examples", "3", "--seeds", "1"], "on a live current lease"),
         ("bench_linearizability.py", ["--sizes", "100"], "partition"),
         ("bench_faults.py", ["--examples", "3", "--timeout", "0.2"], "reported after"),
         ("bench_protocol.py", ["--examples", "2", "--rounds", "1"], "Python child"),

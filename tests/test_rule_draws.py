@@ -6,6 +6,7 @@ import itertools
 import math
 from typing import Any, ClassVar
 
+import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import RuleStrategy, invariant, run_state_machine_as_test
 
@@ -98,6 +99,23 @@ def test_swarm_switches_rules_off_per_example_but_never_the_core_ones() -> None:
     for name in names - set(ALWAYS_ON):
         assert any(name in on for on in switched), f"{name} never on"
         assert any(name not in on for on in switched), f"{name} never off"
+
+
+@pytest.mark.slow
+def test_a_long_run_never_starves_a_declared_operation() -> None:
+    """Over a long run (1,200 examples) every window of 300 examples has the rule of each
+    operation a board declares (release, renew, fail) switched on in a quarter of its
+    examples or more: swarm testing never starves one as the run goes on."""
+    SwitchRecorder.switched.clear()
+    long_run = settings(GENERATE_ONLY, max_examples=1200, stateful_step_count=10)
+    run_state_machine_as_test(SwitchRecorder, settings=long_run)
+    switched = SwitchRecorder.switched
+    assert len(switched) >= 1200
+    for start in range(0, 1200, 300):
+        window = switched[start : start + 300]
+        for name in ("release", "renew", "fail"):
+            share = sum(name in on for on in window) / len(window)
+            assert share >= 0.25, f"{name} on in {share:.0%} of examples {start}-{start + 300}"
 
 
 class BoardInvariant(MemoryMachine):

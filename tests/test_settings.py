@@ -25,6 +25,7 @@ from taskboard.hosts.mutants import ExpiryOnClientClock
 from taskboard.model import ContractViolation, violations_in
 from taskboard.stateful import BoardMachine, Trace, parse_trace, replay_trace, trace_to_json
 from taskboard.stateful._config import MachineConfig, wall_ttl_unit
+from taskboard.stateful._limits import LeaseLimits
 from taskboard.stateful._reports import RunStart
 from taskboard.stateful._settings import SETTINGS, Setting
 
@@ -41,6 +42,7 @@ EXAMPLES: dict[str, Any] = {
     "clock_skew": 3 * MS,
     "client_clock_skew": 4 * MS,
     "shortest_lease": 5 * MS,
+    "lease_limits": LeaseLimits(expiring=False),
     "keep_alive_interval": 6 * MS,
     "expired_lease_policy": "reject",
     "call_timeout": timedelta(seconds=7),
@@ -60,6 +62,7 @@ FUZZ_EXAMPLES: dict[str, tuple[Any, object]] = {
     "clock_skew": (3.0, 3 * MS),
     "client_clock_skew": (4.0, 4 * MS),
     "shortest_lease": (5.0, 5 * MS),
+    "lease_limits": ("no-expiry-only", LeaseLimits(expiring=False)),
     "call_timeout": (7.0, timedelta(seconds=7)),
     "tolerate_faults": (True, True),
     "parallel_processes": (True, True),

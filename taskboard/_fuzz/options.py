@@ -24,6 +24,7 @@ from taskboard.model._model import EXPIRED_LEASE_POLICIES
 from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._config import COARSE_STEP_COUNT, MachineConfig
 from taskboard.stateful._hypothesis import changed_settings
+from taskboard.stateful._limits import LeaseLimits
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._settings import SETTINGS, FuzzFlag, nemesis_names
 from taskboard.stateful._trace import NEMESIS_HOOKS
@@ -85,6 +86,9 @@ class FuzzOptions:
     #: SPEC 3.4: ``"either"``, ``"accept"`` or ``"reject"``; ``None`` keeps the machine's
     #: ``expired_lease_policy`` (for ``--exec``, what the command's ``hello`` declared).
     expired_lease_policy: str | None = None
+    #: What leases the store can hold (``--lease-limits``, see ``LeaseLimits.parse``);
+    #: ``None`` keeps the machine's.
+    lease_limits: str | None = None
     #: SPEC 8: each thread of a parallel program in an OS process of its own.
     processes: bool = False
     #: ``"os"`` or ``"controlled"`` (docs/races.md); ``None`` keeps the machine's.
@@ -166,6 +170,11 @@ class FuzzOptions:
             )
         if self.nemesis is not None:
             parse_nemesis(self.nemesis, target.machine, target.name)
+        if self.lease_limits is not None:
+            try:
+                LeaseLimits.parse(self.lease_limits)
+            except ValueError as exc:
+                raise UsageError(f"--lease-limits: {exc}") from None
         if self.campaign is not None:
             check_campaign(self.campaign, self.database)
         check_writable_directory(self.trace_dir, "--trace-dir")

@@ -20,10 +20,13 @@ from taskboard.stateful._session import ExampleStats
 from taskboard.stateful._settings import SETTINGS, checked_settings
 
 __all__ = [
+    "RENEW_TTL_CLASSES",
     "FuzzReport",
     "RunHeader",
     "SettingInForce",
+    "lease_limit_lines",
     "races_of",
+    "renew_ttl_lines",
     "run_notes",
     "settings_in_force",
     "settings_of_run",
@@ -82,6 +85,15 @@ class FuzzReport:
     races: str = ""
     #: Every setting of the machine the run checked, with where it came from.
     in_force: tuple[SettingInForce, ...] = ()
+    #: Renews on their task's live lease with its own token, by boundary TTL class.
+    renew_ttls: Counter[str] = field(default_factory=Counter)
+    #: The lease limits the board declared, and those in force at the end (learned from its
+    #: ``unsupported`` answers too), in words; calls it refused as unsupported, and calls
+    #: whose TTL the machine changed to one it holds before making them.
+    declared_limits: str = ""
+    limits: str = ""
+    refused: int = 0
+    adapted: int = 0
 
     @property
     def parallel_programs(self) -> int:
@@ -119,8 +131,17 @@ class FuzzReport:
         self.steps += example.steps
         self.transitions.update(example.transitions)
         self.concurrent_calls.update(example.concurrent_calls)
+        self.renew_ttls.update(example.renew_ttls)
+        self._add_limits(example.declared_limits, example.limits, example.refused, example.adapted)
         if example.operations is not None:
             self.operations = (self.operations or frozenset()) | example.operations
+
+    def _add_limits(self, declared: str, limits: str, refused: int, adapted: int) -> None:
+        self.declared_limits = self.declared_limits or declared
+        # Learned limits only grow within a run: the latest heard are the most.
+        self.limits = limits or self.limits
+        self.refused += refused
+        self.adapted += adapted
 
     def add(self, other: FuzzReport) -> None:
         """Add another worker's counts and coverage (not its failure)."""
@@ -130,6 +151,8 @@ class FuzzReport:
         self.parallel_seconds += other.parallel_seconds
         self.transitions.update(other.transitions)
         self.concurrent_calls.update(other.concurrent_calls)
+        self.renew_ttls.update(other.renew_ttls)
+        self._add_limits(other.declared_limits, other.limits, other.refused, other.adapted)
         self.shrink_runs += other.shrink_runs
         self.shrink_cut = self.shrink_cut or other.shrink_cut
         self.interrupted = self.interrupted or other.interrupted
@@ -161,6 +184,41 @@ def run_notes(report: FuzzReport) -> list[str]:
     if report.clients:
         notes.append("no clients were opened (open_client): only parallel programs open them")
     return notes
+
+
+#: The boundary TTL classes of a renew, in the order the coverage table lists them.
+RENEW_TTL_CLASSES = ("0", "below one unit", "one unit", "longer")
+
+
+def renew_ttl_lines(report: FuzzReport) -> list[str]:
+    """The coverage table's rows of boundary TTLs: of the renews that met their task's live
+    lease with its own token, how many asked for each (a store's boundary bug, ``extend(0)``
+    or a TTL it rounds to 0, shows only there)."""
+    total = sum(report.renew_ttls.values())
+    if report.operations is not None and "renew" not in report.operations:
+        return []
+    lines = ["", f"renews on a live current lease, by ttl ({total} in all):"]
+    for ttl in RENEW_TTL_CLASSES:
+        count = report.renew_ttls[ttl]
+        share = f"{count / total:.0%}" if total else "-"
+        mark = "  " if count else "!!"
+        lines.append(f"  {mark} ttl {ttl:<28} {count:>8}   ({share})")
+    return lines
+
+
+def lease_limit_lines(report: FuzzReport) -> list[str]:
+    """What leases the board could hold, as declared and as learned from its ``unsupported``
+    answers, and how many calls asked for others (none, on a board that holds any lease)."""
+    if not (report.declared_limits or report.limits or report.refused):
+        return []
+    declared = report.declared_limits or "none"
+    learned = report.limits if report.limits != report.declared_limits else "nothing more"
+    return [
+        "",
+        f"lease limits: declared {declared}; learned {learned}",
+        f"  {report.refused} call(s) refused as unsupported (a lease the board cannot hold), "
+        f"{report.adapted} asked for the nearest lease it holds instead",
+    ]
 
 
 def settings_in_force(target: Target, chosen: settings) -> str:

@@ -24,7 +24,12 @@ from taskboard.model._model import errors_in
 from taskboard.stateful._hypothesis import shrinking_for_at_most
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._parallel import run_parallel_state_machine
-from taskboard.stateful._reports import Failure, InfrastructureFault, failures_reported
+from taskboard.stateful._reports import (
+    Failure,
+    InfrastructureFault,
+    failures_reported,
+    found_clause,
+)
 from taskboard.stateful._runstate import separate_run
 from taskboard.stateful._session import ExampleStats, StopRequested, on_example_end, stop_when
 from taskboard.stateful._shrink import shrink_failure
@@ -189,7 +194,7 @@ class Run:
                         report.trace_file = unrepeated.trace_file
                         return None
                     report.failure = str(violation or caught)
-                    report.clause = None if violation is None else violation.clause
+                    report.clause = None if violation is None else found_clause(violation)
                     report.trace_file = None if violation is None else violation.trace_file
                     return None if parallel else violation
                 except Exception as exc:  # the board or its hooks broke: a failure, reported

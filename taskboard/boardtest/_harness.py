@@ -25,6 +25,7 @@ from taskboard._virtual._servers import VirtualServer
 from taskboard.model import ExpiredLeasePolicy, describe_task
 from taskboard.stateful._config import wall_ttl_unit
 from taskboard.stateful._generation import grid_start
+from taskboard.stateful._limits import LeaseLimits
 from taskboard.stateful._machine import close_own
 from taskboard.stateful._session import sleep_until
 from taskboard.stateful._settings import default
@@ -117,6 +118,7 @@ class ContractHarness:
     clock_skew: ClassVar[timedelta] = default("clock_skew")
     client_clock_skew: ClassVar[timedelta] = default("client_clock_skew")
     shortest_lease: ClassVar[timedelta | None] = default("shortest_lease")
+    lease_limits: ClassVar[LeaseLimits | None] = default("lease_limits")
     keep_alive_interval: ClassVar[timedelta | None] = default("keep_alive_interval")
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = default("expired_lease_policy")
     call_timeout: ClassVar[timedelta | None] = default("call_timeout")

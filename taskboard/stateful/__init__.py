@@ -6,6 +6,7 @@ Also the trace files a failure leaves behind, and their replay against any board
 from taskboard._driver import CallTimeoutError
 from taskboard._public import show_public_paths
 from taskboard.model import ContractViolation, violations_in
+from taskboard.stateful._limits import LeaseLimits
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._parallel import run_parallel_state_machine
 from taskboard.stateful._replay import ReplayResult, replay_trace
@@ -31,6 +32,7 @@ __all__ = [
     "CallTimeoutError",
     "ContractViolation",
     "InfrastructureFault",
+    "LeaseLimits",
     "ReplayResult",
     "Trace",
     "TraceFileError",

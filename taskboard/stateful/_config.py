@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from taskboard._clock import ClockMode
 from taskboard.model import ExpiredLeasePolicy
 from taskboard.stateful._generation import BELOW_RESOLUTION, OUTLIVING_TTL_TICKS
+from taskboard.stateful._limits import LeaseLimits
 from taskboard.stateful._settings import SETTINGS, checked_setting, checked_settings
 from taskboard.stateful._trace import NEMESIS_HOOKS
 from taskboard.stateful._tracefile import TRACE_DIR_ENV
@@ -102,6 +103,8 @@ class MachineConfig:
     keep_alive: timedelta | None
     #: ``shortest_lease``: the shortest lease the store honours (zero: any).
     shortest_lease: timedelta
+    #: ``lease_limits``: what leases the store can hold, as declared (``None``: any).
+    limits: LeaseLimits | None
     #: ``expired_lease_policy``: SPEC 3.4.
     policy: ExpiredLeasePolicy
     call_timeout: timedelta | None
@@ -184,6 +187,21 @@ class MachineConfig:
         if self.coarse and 0 < ticks < OUTLIVING_TTL_TICKS:
             ticks = min(ticks, self.longest_wait)
         return ticks * self.ttl_unit
+
+    def ttl_class(self, ttl: timedelta) -> str:
+        """Which boundary a requested TTL is: ``"0"`` (no expiry), ``"below one unit"`` (a
+        TTL the store cannot keep exactly: below its resolution or its shortest lease),
+        ``"one unit"``, or ``"longer"``."""
+        if not ttl:
+            return "0"
+        if ttl < self.ttl_unit:
+            return "below one unit"
+        return "one unit" if ttl == self.ttl_unit else "longer"
+
+    @property
+    def outliving(self) -> timedelta:
+        """The TTL of a lease that outlives any example (:data:`OUTLIVING_TTL_TICKS`)."""
+        return self.lease_ttl(OUTLIVING_TTL_TICKS)
 
     @property
     def snapshot_attempts(self) -> int:

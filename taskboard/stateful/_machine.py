@@ -41,6 +41,7 @@ from taskboard.stateful._hypothesis import (
     state_machine_test_case,
     use_rule_draws,
 )
+from taskboard.stateful._limits import LeaseLimits
 from taskboard.stateful._parallel import parallel_test_case
 from taskboard.stateful._reports import failures_reported
 from taskboard.stateful._session import Session, end_example
@@ -233,6 +234,14 @@ class BoardMachine(RuleBasedStateMachine):
     * ``shortest_lease``: the shortest lease the store honours (default ``None``: any). TTLs
       and clock jumps are drawn as multiples of a unit no shorter (a Redlock's drift, a
       store that keeps whole seconds).
+    * ``lease_limits``: what leases the store can hold, a
+      :class:`~taskboard.stateful.LeaseLimits` (default ``None``: every lease SPEC 2
+      describes): leases without expiry only, no renew to no expiry, a longest or shortest
+      TTL, whole units only. The machine then asks for no other lease: a drawn TTL becomes
+      the nearest one the store holds. A board that cannot hold a lease it is asked for may
+      also say so by raising ``NotImplementedError`` from ``claim`` or ``renew`` (changing
+      nothing; the protocol's ``unsupported``): the run learns the limit from it and asks for
+      no such lease again, and ``taskboard fuzz`` reports what was declared and refused.
     * ``keep_alive_interval``: in wall mode, the board renews each lease by itself (a
       library's keep-alive or watchdog), at least this often, until its holder releases,
       completes or fails it (default ``None``: it does not). Leases then never expire, their
@@ -287,6 +296,7 @@ class BoardMachine(RuleBasedStateMachine):
     clock_skew: ClassVar[timedelta] = default("clock_skew")
     client_clock_skew: ClassVar[timedelta] = default("client_clock_skew")
     shortest_lease: ClassVar[timedelta | None] = default("shortest_lease")
+    lease_limits: ClassVar[LeaseLimits | None] = default("lease_limits")
     keep_alive_interval: ClassVar[timedelta | None] = default("keep_alive_interval")
     expired_lease_policy: ClassVar[ExpiredLeasePolicy] = default("expired_lease_policy")
     call_timeout: ClassVar[timedelta | None] = default("call_timeout")

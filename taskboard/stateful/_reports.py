@@ -45,6 +45,7 @@ __all__ = [
     "RunStart",
     "failures_reported",
     "fault_report",
+    "found_clause",
     "host_frames",
     "host_traceback",
     "raise_report",
@@ -53,6 +54,7 @@ __all__ = [
     "time_hints",
     "unrepeated_failure",
     "violation_report",
+    "with_first_found",
 ]
 
 #: The clause a fault's verdict names in a trace file.
@@ -173,6 +175,9 @@ class Report:
     #: True once Hypothesis's replay of it did not fail: the report then says whether its
     #: trace's own replays did (then it is one of theirs) or not (then it did not recur).
     unrepeated: bool = False
+    #: The SPEC clause the failure was first found as, when shrinking moved it to another
+    #: (see :func:`with_first_found`); ``None``: the same clause.
+    first_clause: str | None = None
 
     @property
     def text(self) -> str:
@@ -495,7 +500,7 @@ class _FailuresReported:
                 if report is not None:
                     report.__cause__, report.__suppress_context__ = None, True
             elif isinstance(error, ContractViolation | InfrastructureFault):
-                report = error
+                report = with_first_found(error, self.machine_cls)
             if report is None:
                 return
             raise report.with_traceback(host_traceback(report.__traceback__))
@@ -503,6 +508,46 @@ class _FailuresReported:
             if self.machine_cls is not None:
                 _first_failures().pop(self.machine_cls, None)
             self.run_block.__exit__(None, None, None)
+
+
+def with_first_found(error: Failure, machine_cls: type | None) -> Failure:
+    """``error``, the shrunk failure, with a note of the violation first found in the run when
+    shrinking moved it to another SPEC clause, and that one's (unshrunk) trace written too.
+
+    A smaller trace can fail for another reason than the bug found (a stall inside a call, a
+    lease that ended on the way), so both are reported, and the first is the one preferred:
+    :func:`found_clause` names its clause. The shrunk one, shown above the note, is the one
+    Hypothesis's final replay repeated."""
+    first = _first_failures().get(machine_cls) if machine_cls is not None else None
+    shrunk = report_of(error)
+    if first is None or first.is_fault or shrunk.is_fault:
+        return error
+    clause = first.verdict.clause
+    if clause == shrunk.verdict.clause or shrunk.first_clause is not None:
+        return error
+    directory = _trace_dir(machine_cls)
+    if directory and first.trace_file is None:
+        first = first.recorded(directory)
+    where = f"; its trace: {first.trace_file}" if first.trace_file else ""
+    note = (
+        f"note: shrinking moved to another clause. The run first found a violation of "
+        f"{clause} at step {first.verdict.step} of {len(first.steps)}: expected "
+        f"{first.verdict.expected}; the board {first.verdict.observed}{where}. It shrank to the "
+        f"violation of {shrunk.verdict.clause} above. The first is preferred as the bug found: "
+        "a different clause after shrinking can be an artifact of the smaller trace (a stall "
+        "inside a call, a lease that ended on the way); replay both to tell."
+    )
+    noted = dataclasses.replace(shrunk.noted(note), first_clause=clause).error()
+    noted.__traceback__ = error.__traceback__
+    return noted
+
+
+def found_clause(violation: ContractViolation) -> str:
+    """The SPEC clause of the bug found: the first one, when shrinking moved to another (see
+    :func:`with_first_found`)."""
+    report = getattr(violation, "report", None)
+    first = report.first_clause if isinstance(report, Report) else None
+    return first or violation.clause
 
 
 def _first_failures() -> dict[type, Report]:

@@ -24,7 +24,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from taskboard.model import Step
@@ -49,6 +49,17 @@ class ExampleStats:
     operations: frozenset[str] | None
     #: True when the example ended with a violation or a fault.
     failed: bool = False
+    #: Of the renews that met their task's live lease with its own token, how many asked
+    #: for each boundary TTL (see :func:`~taskboard.stateful._config.ttl_class`).
+    renew_ttls: Counter[str] = field(default_factory=Counter)
+    #: Calls the board answered ``unsupported`` (``NotImplementedError``): a lease it cannot
+    #: hold; and calls whose TTL was changed to one it holds before they were made.
+    refused: int = 0
+    adapted: int = 0
+    #: The lease limits declared, and those in force when the example ended (learned ones
+    #: too), in words (empty: any lease).
+    declared_limits: str = ""
+    limits: str = ""
 
     @property
     def steps(self) -> int:
@@ -67,6 +78,9 @@ class RunState:
         #: The first failure each machine class reported in the run, as its
         #: :class:`~taskboard.stateful._reports.Report` (which module imports this one).
         self.first_failures: dict[type, Any] = {}
+        #: What each machine class's boards were found unable to hold in the run: their
+        #: :class:`~taskboard.stateful._limits.LeaseLimits`, learned from their answers.
+        self.lease_limits: dict[type, Any] = {}
 
     def example_ended(self, stats: ExampleStats) -> None:
         """Tell every listener of the run about the example that just ended."""

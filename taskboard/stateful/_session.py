@@ -52,6 +52,7 @@ from taskboard.stateful._client_clocks import (
     machine_clock,
 )
 from taskboard.stateful._config import MachineConfig
+from taskboard.stateful._limits import Holding
 from taskboard.stateful._reports import (
     Failure,
     RunStart,
@@ -248,10 +249,12 @@ class Session:
                 self.untils[task.lease.token] = None if until is None else as_utc(until)
         #: How long the latest calls took (wall clock), to land just before an until.
         self.latencies: deque[timedelta] = deque(maxlen=8)
-        #: How often each (task state, operation, outcome) transition ran in this run.
+        #: Coverage (each transition; each racing thread's (operation, outcome); the renews on
+        #: a live current lease, by TTL); then the leases the board holds (and refused).
         self.transitions: Counter[tuple[str, str, str]] = Counter()
-        #: In a parallel program: each thread call's (operation, outcome), for coverage.
         self.concurrent_calls: Counter[tuple[str, str]] = Counter()
+        self.renew_ttls: Counter[str] = Counter()
+        self.holding = Holding.start(type(hooks), config.limits, self.tick, config.outliving)
         #: The last snapshot that check() found clean.
         self.checked_snapshot: list[Task] | None = None
         #: The failure this run ends with, once one is raised; whether a call hung.
@@ -316,6 +319,11 @@ class Session:
             self.concurrent_calls,
             self.operations,
             failed=self.failure is not None,
+            renew_ttls=self.renew_ttls,
+            refused=self.holding.refused,
+            adapted=self.holding.adapted,
+            declared_limits=self.holding.words()[0],
+            limits=self.holding.words()[1],
         )
         _example_ended(stats)
         if self.hung:
@@ -350,6 +358,7 @@ class Session:
                 tolerant mode does not settle it), or hung.
         """
         _check_stop()
+        call = self.holding.holdable(call)
         now = self.clock.now()
         # On the wall clock what is allowed depends on when the call returns (SPEC 7).
         allowed = None if self.wall else self.model.expect(call, now)
@@ -368,9 +377,17 @@ class Session:
             allowed = self.model.expect(call, when)
         transition = transition_of(self.model, call, when)
         fault = board_exc if board_exc is not None and is_infrastructure_fault(board_exc) else None
+        unsupported = fault is not None and self.holding.refused_by(call, fault)
+        fault = None if unsupported else fault
         tolerated = fault is not None and self.config.tolerates(fault)
-        self.transitions[(*transition, "fault" if fault else outcome.error or "ok")] += 1
-        note = "infrastructure fault: the call's effect is unknown" if tolerated else ""
+        self._count(transition, call, "fault" if fault else outcome.error or "ok")
+        note = (
+            "infrastructure fault: the call's effect is unknown"
+            if tolerated
+            else f"unsupported: a lease the board cannot hold ({self.holding.limits.describe()})"
+            if unsupported
+            else ""
+        )
         step = Step(
             len(self.trace) + 1,
             now,
@@ -386,6 +403,9 @@ class Session:
             if not tolerated:
                 self.fail_with_fault(fault, step)
             return self._settle(call, when, step, fault)
+        if unsupported:  # it must have changed nothing
+            self.observe(step)
+            return outcome
         self._label_lease(outcome)
         try:
             self.model = self.model.advance(call, when, outcome)
@@ -395,6 +415,12 @@ class Session:
         outlive_keep_alive(self.config, self.clock, call, outcome)
         self.observe(step)
         return outcome
+
+    def _count(self, transition: tuple[str, str], call: Call, outcome: str) -> None:
+        """Count the transition for coverage, and a renew's TTL on a live current lease."""
+        self.transitions[(*transition, outcome)] += 1
+        if transition == LIVE_OWN_RENEW:
+            self.renew_ttls[self.config.ttl_class(call.ttl)] += 1
 
     @functools.cached_property
     def interceptors(self) -> tuple[Interceptor, ...]:
@@ -674,6 +700,11 @@ class Session:
         self.transitions[("nemesis", "restart_storage", "lost leases" if lost else "ok")] += 1
         self.trace[-1] = dataclasses.replace(step, note=verdict)
         self.observe(self.trace[-1], snapshot)
+
+
+#: The transition of a renew on its task's live lease with that lease's own token: where a
+#: boundary TTL (0, below one unit, one unit) decides what a buggy store does.
+LIVE_OWN_RENEW = ("claimed, live", "renew (current token)")
 
 
 def transition_of(model: BoardModel, call: Call, when: When) -> tuple[str, str]:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from taskboard._clock import CLOCK_MODES
 from taskboard.model._model import EXPIRED_LEASE_POLICIES
 from taskboard.stateful._fields import Reader, micros
+from taskboard.stateful._limits import LeaseLimits
 from taskboard.stateful._trace import NEMESIS_HOOKS
 
 __all__ = [
@@ -95,6 +96,12 @@ def _nemesis(where: str, value: Any) -> Any:
         not isinstance(value, tuple) or not all(kind in NEMESIS_HOOKS for kind in value)
     ):
         raise TypeError(f"{where} must be None or a tuple of 'restart' and 'drop', got {value!r}")
+    return value
+
+
+def _lease_limits(where: str, value: Any) -> Any:
+    if value is not None and not isinstance(value, LeaseLimits):
+        raise TypeError(f"{where} must be None or a LeaseLimits, got {value!r}")
     return value
 
 
@@ -303,6 +310,16 @@ SETTINGS: tuple[Setting, ...] = (
         config="shortest_lease",
         for_board=True,
         fuzz=FuzzFlag("shortest_lease", milliseconds),
+    ),
+    Setting(
+        "lease_limits",
+        None,
+        _lease_limits,
+        "what leases the store can hold (None: any; a LeaseLimits): the machine asks for "
+        "no other, and learns more from its NotImplementedError answers",
+        config="limits",
+        for_board=True,
+        fuzz=FuzzFlag("lease_limits", LeaseLimits.parse),
     ),
     Setting(
         "keep_alive_interval",

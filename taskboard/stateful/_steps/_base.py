@@ -23,6 +23,7 @@ from hypothesis.strategies import SearchStrategy
 from taskboard._clock import Clock, as_utc
 from taskboard.model import BoardModel, Call, IssuedLease, Outcome, Step
 from taskboard.stateful._fields import Reader
+from taskboard.stateful._limits import Holding
 
 __all__ = [
     "LEASES",
@@ -93,6 +94,9 @@ class Runner(Protocol):
 
     @property
     def latencies(self) -> Sequence[timedelta]: ...
+
+    @property
+    def holding(self) -> Holding: ...
 
     def perform(self, call: Call, ref: str = "") -> Outcome: ...
 

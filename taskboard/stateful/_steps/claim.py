@@ -92,9 +92,10 @@ class ClaimStep(ProgramStep):
         session.perform(self.call(session, {}))
 
     def call(self, session: Runner, mine: Mapping[str, str]) -> Call:
-        return Call(
-            Op.CLAIM, self.task, agent=self.agent, ttl=session.config.lease_ttl(self.ttl_ticks)
-        )
+        # A racing thread's call does not pass through perform: it asks for a holdable lease
+        # here (see LeaseLimits).
+        ttl = session.config.lease_ttl(self.ttl_ticks)
+        return session.holding.holdable(Call(Op.CLAIM, self.task, agent=self.agent, ttl=ttl))
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "task": self.task, "agent": self.agent, "ttl_ticks": self.ttl_ticks}
