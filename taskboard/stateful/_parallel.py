@@ -372,6 +372,18 @@ def _expiry_crossing(
     return step.lead + 1, lease.until + session.config.past_until
 
 
+def _race_timeout(session: Session, makers: Sequence[Sequence[Any]]) -> tuple[float, str]:
+    """How long a race may take before its calls count as hung, and that in words: the
+    machine's ``call_timeout`` for each call of every thread (a controlled race runs them one
+    at a time), else ``THREAD_TIMEOUT``."""
+    per_call = session.config.call_timeout
+    if per_call is None:
+        return THREAD_TIMEOUT, f"within {THREAD_TIMEOUT:g} s"
+    seconds = per_call.total_seconds()
+    calls = max(sum(len(thread) for thread in makers), 1)
+    return seconds * calls, f"within the per-call timeout of {seconds:g} s ({calls} calls)"
+
+
 def _race_threads(
     session: Session, makers: Sequence[Sequence[MakeCall]], scheduler: RaceScheduler | None
 ) -> tuple[list[Operation], list[Any]]:
@@ -381,18 +393,17 @@ def _race_threads(
     # SPEC 8: with clients, every thread calls a client of its own, as another process would.
     clients = session.open_clients(len(makers)) if session.config.clients else []
     callers: list[Board] = [client for _, client in clients] or [session.board] * len(makers)
+    timeout, within = _race_timeout(session, makers)
     lanes = race_on_threads(
         callers,
         makers,
-        timeout=THREAD_TIMEOUT,
+        timeout=timeout,
         clock=session.clock,
         interceptors=session.interceptors,
         scheduler=scheduler,
     )
     if not all(lane.finished for lane in lanes):
-        hung = CallTimeoutError(
-            f"the racing threads' calls did not return within {THREAD_TIMEOUT:g} s"
-        )
+        hung = CallTimeoutError(f"the racing threads' calls did not return {within}")
         session.fail_with_fault(hung, None, "the racing threads")
     try:
         crash = next((lane.crash for lane in lanes if lane.started and lane.crash), None)
@@ -424,20 +435,19 @@ def _run_processes(
     ]
     address = address_of(session.made_board)  # TypeError: the board has no address
     holders = holders_of(session.model)
+    timeout, within = _race_timeout(session, makers)
     try:
         with worker_pool() as pool:
             lanes = pool.race(
                 functools.partial(pickle.loads, address),
                 makers,
-                timeout=THREAD_TIMEOUT,
+                timeout=timeout,
                 interceptors=session.interceptors_with(holders),
             )
     except Exception as exc:
         session.fail_with_fault(exc, None, "a worker process")
     if not all(lane.finished for lane in lanes):
-        hung = CallTimeoutError(
-            f"the worker processes' calls did not return within {THREAD_TIMEOUT:g} s"
-        )
+        hung = CallTimeoutError(f"the worker processes' calls did not return {within}")
         session.fail_with_fault(hung, None, "the worker processes")
     return _history(session, lanes), session.snapshot(None)
 

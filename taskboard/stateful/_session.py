@@ -230,23 +230,13 @@ class Session:
         #: Wall clock: a move of the clock is kept in :attr:`deferred_landing`, not slept.
         self.defer_landing = False
         self.deferred_landing: datetime | None = None
-        self.clock: Clock = (
-            machine_clock(config.client_skew)
-            if self.wall
-            else virtual_clock(hooks, start, self.tick)
-            if config.clock_mode == "virtual"
-            else ManualClock(start)
-        )
+        self.clock = _session_clock(hooks, start)
         self.run = RunStart(type(hooks), config, tuple(tasks), self.clock.now())
         self.trace: list[Step] = []
         self.labels: dict[str, str] = {}
         # Every lease's latest until, and the leases their holders gave up (released, ...).
-        self.untils: dict[str, datetime | None] = {}
+        self.untils = _untils_of(tasks)
         self.given_up: set[str] = set()
-        for task in tasks:  # a lease the board starts with has a holder too
-            if task.lease is not None:
-                until = task.lease.until
-                self.untils[task.lease.token] = None if until is None else as_utc(until)
         #: How long the latest calls took (wall clock), to land just before an until.
         self.latencies: deque[timedelta] = deque(maxlen=8)
         #: Coverage (each transition; each racing thread's (operation, outcome); the renews on
@@ -266,12 +256,7 @@ class Session:
             )
         except Exception as exc:
             self.fail_with_fault(exc, None, "make_board(tasks, clock)")
-        if not isinstance(made, Board):
-            close_driven(lambda board: None, made, driver)
-            raise TypeError(
-                f"{config.name}.make_board returned {made!r}, which is not a Board (it needs "
-                "list_tasks, claim, release and complete)"
-            )
+        _check_is_board(made, driver, config.name)
         #: The board as ``make_board`` returned it, and as the session calls it.
         self.made_board: Any = made
         self.board: Board = board
@@ -733,3 +718,33 @@ def transition_of(model: BoardModel, call: Call, when: When) -> tuple[str, str]:
     else:
         kind = "stale"
     return state, f"{call.op} ({kind} token)"
+
+
+def _session_clock(hooks: MachineHooks, start: datetime) -> Clock:
+    """The clock a session's board reads: the machine's own (shifted for clients) on the wall
+    clock, the store's on the virtual clock, else a manual clock at ``start``."""
+    config = hooks.config
+    if config.wall:
+        return machine_clock(config.client_skew)
+    if config.clock_mode == "virtual":
+        return virtual_clock(hooks, start, config.resolution)
+    return ManualClock(start)
+
+
+def _untils_of(tasks: Sequence[Task]) -> dict[str, datetime | None]:
+    """The until of each lease the board starts with, by token: those have holders too."""
+    return {
+        task.lease.token: None if task.lease.until is None else as_utc(task.lease.until)
+        for task in tasks
+        if task.lease is not None
+    }
+
+
+def _check_is_board(made: Any, driver: Driver, name: str) -> None:
+    """Raise TypeError (after closing it) when what ``make_board`` returned is no Board."""
+    if not isinstance(made, Board):
+        close_driven(lambda board: None, made, driver)
+        raise TypeError(
+            f"{name}.make_board returned {made!r}, which is not a Board (it needs "
+            "list_tasks, claim, release and complete)"
+        )
