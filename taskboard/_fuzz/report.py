@@ -166,13 +166,14 @@ def run_notes(report: FuzzReport) -> list[str]:
     if report.mode != "mixed" or report.parallel_runs:
         return []
     if report.find_seconds is not None:
-        why = "the failure was found before the first parallel program finished"
+        why = "the failure was found in the first batch of sequential examples"
     elif report.interrupted:
-        why = "the run was stopped before the first parallel program finished"
+        why = "the run was stopped in the first batch of sequential examples"
     else:
+        per = report.finding_seconds / report.examples if report.examples else 0.0
         why = (
-            "the budget ran out before one finished (a mixed run begins with two parallel "
-            "programs, each run three times"
+            "the budget ran out before one finished (a mixed run begins with a batch of "
+            f"sequential examples; these took {per:.2f}s an example"
         )
         if report.shortest_lease:
             why += (

@@ -34,15 +34,12 @@ from taskboard.stateful._runstate import separate_run
 from taskboard.stateful._session import ExampleStats, StopRequested, on_example_end, stop_when
 from taskboard.stateful._shrink import shrink_failure
 
-__all__ = ["BATCH", "FIRST_PARALLEL_BATCH", "PARALLEL_BATCH", "Run"]
+__all__ = ["BATCH", "PARALLEL_BATCH", "Run"]
 
 #: Examples per Hypothesis run (the budget is checked at every step, not per batch).
 BATCH = 50
 #: Parallel programs per batch (each runs three times on fresh boards, with threads).
 PARALLEL_BATCH = 10
-#: Parallel programs of a mixed run's first batch: races are tried from the first example on,
-#: and the first sequential batch follows within a few seconds.
-FIRST_PARALLEL_BATCH = 2
 
 
 @dataclass(frozen=True)
@@ -166,11 +163,9 @@ class Run:
             shrinking_for_at_most(self.hypothesis_shrink_budget),
         ):
             while not done():
-                # Mixed: parallel and sequential batches take turns, a short parallel one first.
-                parallel = mode == "parallel" or (mode == "mixed" and batch_index % 2 == 0)
+                # Mixed: sequential and parallel batches take turns.
+                parallel = mode == "parallel" or (mode == "mixed" and batch_index % 2 == 1)
                 size = PARALLEL_BATCH if parallel else BATCH
-                if mode == "mixed" and batch_index == 0:
-                    size = FIRST_PARALLEL_BATCH
                 hypothesis_seed(self.seed + batch_index)(self.machine)
                 batch_index += 1
                 started = time.monotonic()
