@@ -57,8 +57,19 @@ def test_hooked_base_passes() -> None:
     run_state_machine_as_test(machine_for(_HookedBoard), settings=SETTINGS)
 
 
+#: Caught, but in minutes on a loaded machine (its heartbeat races the wall clock): deep only.
+SLOW_TO_CATCH = {"HeartbeatSlowerThanLease"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("mutant", SEQUENTIAL, ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "mutant",
+    [
+        pytest.param(m, marks=pytest.mark.deep) if m.__name__ in SLOW_TO_CATCH else m
+        for m in SEQUENTIAL
+    ],
+    ids=lambda m: m.__name__,
+)
 def test_machine_catches(mutant: type[MemoryBoard]) -> None:
     """BoardMachine finds a contract violation in the sequential mutant within three times
     the CI profile's examples."""

@@ -566,6 +566,6 @@ def test_fuzz_exec_shrinks_a_failure_by_replay(
     assert main([*run, *budgets, *trace_dir]) == 1
     out = capsys.readouterr().out
     assert "shrunk by replay from" in out
-    printed = out.rsplit("replay it with: taskboard ", 1)[1].split()
+    printed = out.rsplit("replay it with: taskboard ", 1)[1].splitlines()[0].split()
     assert len(load_trace(printed[1]).steps) <= 5
     assert main(printed) == 1

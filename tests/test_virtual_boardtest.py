@@ -91,7 +91,7 @@ class TestRedisServerClockLongVirtualContract(TestRedisServerClockVirtualContrac
     criteria_rounds = 20
 
 
-@pytest.mark.slow
+@pytest.mark.deep  # minutes, and its make_board outran the call timeout on a loaded CI machine
 class TestPostgresServerClockVirtualContract(BoardContract):
     clock_mode = "virtual"
     server = taskboard.servers.Postgres()
