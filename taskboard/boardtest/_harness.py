@@ -252,11 +252,12 @@ class ContractHarness:
     # -- fixtures ------------------------------------------------------------------------------
 
     @pytest.fixture(scope="class", autouse=True)
-    def _stop_server(self) -> Iterator[None]:
+    @classmethod
+    def _stop_server(cls) -> Iterator[None]:
         """In virtual mode, the class's server (started on first use) stops after the class's
         last test, however the tests ended."""
         yield
-        stop = getattr(self.server, "stop", None)
+        stop = getattr(cls.server, "stop", None)
         if stop is not None:
             stop()
 
