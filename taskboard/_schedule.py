@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
+    "CLOCK",
     "STEP_TIMEOUT",
     "RaceScheduler",
     "Turn",
@@ -53,6 +54,8 @@ PROBE_INTERVAL = 0.002
 
 #: What a participant's first turn is labelled: it leaves the start line.
 START = "start"
+#: The ``agent`` of the :class:`Turn` that records the clock's move (see ``crossing``).
+CLOCK = -1
 
 _State = Literal["new", "waiting", "running", "blocked", "free", "done"]
 
@@ -60,7 +63,9 @@ _State = Literal["new", "waiting", "running", "blocked", "free", "done"]
 @dataclass(frozen=True)
 class Turn:
     """One step of a controlled race: participant ``agent``, in its call number ``call``
-    (from 0), went on from ``point``, the round trip it was about to make, to its next."""
+    (from 0), went on from ``point``, the round trip it was about to make, to its next. The
+    clock's move is a turn too: its ``agent`` is :data:`CLOCK` and its ``point`` says where
+    the clock went."""
 
     agent: int
     call: int
@@ -103,8 +108,10 @@ class RaceScheduler:
     from starving the one holding it.
 
     ``crossing``, if given, is ``(turn, move)``: ``move()`` is called once, before the turn
-    of that number (from 0) is granted, if it is (a race on the wall clock that must cross
-    an instant between two turns sleeps there until it).
+    of that number (from 0) is granted, if it is, while every participant is stopped at a
+    point or done; what it returns names the move in :attr:`turns` (a :data:`CLOCK` turn).
+    The clock then moves between two round trips: a manual or virtual clock jumps there, a
+    race on the wall clock sleeps until the instant it must cross.
 
     ``variant`` (from 1) adds to each choice a number of a fixed pseudo-random sequence of
     its own, so that one drawn schedule gives several distinct interleavings; 0 adds none.
@@ -118,7 +125,7 @@ class RaceScheduler:
         choices: Sequence[int],
         step_timeout: float = STEP_TIMEOUT,
         variant: int = 0,
-        crossing: tuple[int, Callable[[], None]] | None = None,
+        crossing: tuple[int, Callable[[], str]] | None = None,
     ) -> None:
         self.choices = tuple(choices)
         self._crossing = crossing
@@ -126,8 +133,10 @@ class RaceScheduler:
         #: The position picked at each choice: the schedule that repeats this interleaving.
         self.realized: list[int] = []
         self.step_timeout = step_timeout
-        #: Every turn, in order: the interleaving.
+        #: Every turn, in order: the interleaving (the clock's move included, if made).
         self.turns: list[Turn] = []
+        #: Whether the clock's move of ``crossing`` was made.
+        self.crossed = False
         #: How many scheduling points past the start the participants reached.
         self.points_seen = 0
         #: How many choices of :attr:`choices` were read.
@@ -289,7 +298,8 @@ class RaceScheduler:
         """Make the clock's move, once, if the turn it comes before is next."""
         if self._crossing is not None and len(self.turns) >= self._crossing[0]:
             move, self._crossing = self._crossing[1], None
-            move()
+            self.turns.append(Turn(CLOCK, 0, move()))
+            self.crossed = True
 
     def _grant(self, index: int, *, gave_up: bool = False) -> None:
         self._cross()
