@@ -1,7 +1,9 @@
 """Races under controlled scheduling against today's threads, on the same seeds.
 
 For each race mutant (taskboard.hosts.race_mutants; with TASKBOARD_POSTGRES_URL set, also
-taskboard.hosts.postgres_race_mutants, on the wall clock) and each seed, the parallel mode
+taskboard.hosts.postgres_race_mutants, on the wall clock; with ``--virtual``, those again on a
+throwaway PostgreSQL on the checker's clock, taskboard.servers.Postgres) and each seed, the
+parallel mode
 runs twice: with ``race_scheduling = "os"`` (threads as the operating system runs
 them) and ``"controlled"`` (one thread at a time at the storage round trips, as drawn). It
 prints, per mode, how many seeds caught the race, the median programs (Hypothesis examples)
@@ -13,11 +15,13 @@ PostgresBoard on its server's clock, on the wall clock, when TASKBOARD_POSTGRES_
 runs ``--max-examples`` controlled programs per seed: the false alarms must be zero.
 
     python benchmarks/bench_races.py [--seeds 5] [--max-examples 200] [--replays 10] [--only NAME]
+        [--virtual]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import itertools
 import os
@@ -27,12 +31,14 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, seed, settings
 
 from taskboard import Clock, Task
+from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.race_mutants import RACE_MUTANTS
 from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.stateful import (
@@ -46,6 +52,7 @@ from taskboard.stateful import (
 from taskboard.stateful._steps import ParallelProgram
 
 MODES = ("os", "controlled")
+US = timedelta(microseconds=1)
 
 
 @dataclass
@@ -78,22 +85,33 @@ class Race:
     attributes: dict[str, Any]
 
 
-def races() -> list[Race]:
-    """The SQLite race mutants, and the PostgreSQL ones when a server is configured."""
+def races(virtual: Any = None) -> list[Race]:
+    """The SQLite race mutants, and the PostgreSQL ones when a server is configured; with a
+    ``virtual`` server (a started ``taskboard.servers.Postgres``), those on it too."""
     found = [Race(b.__name__, functools.partial(files, b), {}) for b in RACE_MUTANTS]
     url = os.environ.get("TASKBOARD_POSTGRES_URL")
-    if url:
+    if url or virtual is not None:
+        from taskboard.hosts.postgres import PostgresBoard
         from taskboard.hosts.postgres_race_mutants import POSTGRES_RACE_MUTANTS
 
-        for board in POSTGRES_RACE_MUTANTS:
+        for board in POSTGRES_RACE_MUTANTS if url else ():
             on_server = functools.partial(on_postgres, board, url)
             found.append(Race(board.__name__, on_server, {"clock_mode": "wall"}))
+        for board in POSTGRES_RACE_MUTANTS if virtual is not None else ():
+            settings = {
+                "clock_mode": "virtual",
+                "server": virtual,
+                "clock_resolution": PostgresBoard.clock_resolution,
+            }
+            on_virtual = functools.partial(on_postgres, board, virtual.url, clock="server")
+            found.append(Race(f"{board.__name__} (virtual)", on_virtual, settings))
     return found
 
 
-def on_postgres(board: type, url: str, directory: Path) -> Any:
-    """A factory of ``board`` boards on the server at ``url`` (``directory`` is unused)."""
-    return lambda tasks, clock: board(tasks, clock, url)
+def on_postgres(board: type, url: str, directory: Path, clock: str | None = None) -> Any:
+    """A factory of ``board`` boards on the server at ``url`` (``directory`` is unused), on
+    the machine's clock or on ``clock``."""
+    return lambda tasks, machine_clock: board(tasks, clock or machine_clock, url)
 
 
 def run(
@@ -141,8 +159,10 @@ def run(
             return Catch(first[0][0], first[0][1], 0, 0, 0)
         program = recorded[0].program
         failing = 0
+        # On the virtual clock the replay needs the machine's server.
+        replayed = machine if race.attributes.get("clock_mode") == "virtual" else factory
         for _ in range(replays):
-            result = replay_trace(recorded[0], factory)
+            result = replay_trace(recorded[0], replayed)
             failing += not result.passed and result.steps_run == 1
         calls = len(program.prefix) + sum(len(ops) for ops in program.threads)
         return Catch(first[0][0], first[0][1], len(program.threads), calls, failing)
@@ -155,9 +175,10 @@ def median(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.3g}" if values else "-"
 
 
-def false_alarms(seeds: int, max_examples: int, directory: Path) -> list[str]:
+def false_alarms(seeds: int, max_examples: int, directory: Path, virtual: Any = None) -> list[str]:
     """Each correct reference host under control: one line each, with its false alarms."""
     hosts: list[tuple[str, Any]] = [("SQLiteBoard", files(SQLiteBoard, directory / "ok"))]
+    hosts.append(("MemoryBoard", MemoryBoard))
     url = os.environ.get("TASKBOARD_REDIS_URL")
     if url:
         from taskboard.hosts.redis import RedisBoard
@@ -171,12 +192,21 @@ def false_alarms(seeds: int, max_examples: int, directory: Path) -> list[str]:
             return PostgresBoard(tasks, "server", postgres)
 
         hosts.append(("PostgresBoard (server clock, wall)", on_server_clock))
+    if virtual is not None:
+        from taskboard.hosts.postgres import PostgresBoard
+
+        def on_virtual(tasks: Sequence[Task], clock: Clock) -> Any:
+            return PostgresBoard(tasks, "server", virtual.url)
+
+        hosts.append(("PostgresBoard (server clock, virtual)", on_virtual))
     lines = []
     for name, factory in hosts:
         alarms, started = 0, time.perf_counter()
-        wall: dict[str, Any] = {"clock_mode": "wall"} if name.startswith("PostgresBoard") else {}
+        mode: dict[str, Any] = {"clock_mode": "wall"} if "wall)" in name else {}
+        if "virtual)" in name:
+            mode = {"clock_mode": "virtual", "server": virtual, "clock_resolution": US}
         for run_seed in range(seeds):
-            machine = BoardMachine.for_board(factory, race_scheduling="controlled", **wall)
+            machine = BoardMachine.for_board(factory, race_scheduling="controlled", **mode)
             try:
                 run_parallel_state_machine(
                     seed(run_seed)(machine),
@@ -199,7 +229,23 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=10)
     parser.add_argument("--controls", type=int, default=100, help="programs per correct host")
     parser.add_argument("--only", default="", help="measure only the races whose name has this")
+    parser.add_argument(
+        "--virtual",
+        action="store_true",
+        help="also the PostgreSQL races and host on a throwaway server on the checker's clock",
+    )
     args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        virtual = None
+        if args.virtual:
+            import taskboard.servers
+
+            virtual = stack.enter_context(taskboard.servers.Postgres())
+        measure(args, virtual)
+
+
+def measure(args: argparse.Namespace, virtual: Any) -> None:
+    """Print the figures (see the module docstring)."""
     with tempfile.TemporaryDirectory(prefix="taskboard-races-") as temp:
         directory = Path(temp)
         print(
@@ -207,7 +253,7 @@ def main() -> None:
             f"the seeds that caught the race; replays failing on their first run, of "
             f"{args.replays}"
         )
-        for race in (r for r in races() if args.only in r.name):
+        for race in (r for r in races(virtual) if args.only in r.name):
             for mode in MODES:
                 catches = [
                     catch
@@ -224,7 +270,7 @@ def main() -> None:
                     f"{median([c.first_run_replays for c in catches])}/{args.replays}"
                 )
         print("correct boards under controlled scheduling:")
-        for line in false_alarms(args.seeds, args.controls, directory):
+        for line in false_alarms(args.seeds, args.controls, directory, virtual):
             print(line)
 
 
