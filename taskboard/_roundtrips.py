@@ -273,16 +273,16 @@ def _patches() -> list[tuple[Any, str, Callable[..., Any]]]:
             name = (
                 "_execute_command" if hasattr(redis_cls, "_execute_command") else "execute_command"
             )
-            owner = _defining(redis_cls, name)
-            patches.append((owner, name, _pointed(getattr(owner, name), _command_label)))
+            commands = _defining(redis_cls, name)
+            patches.append((commands, name, _pointed(getattr(commands, name), _command_label)))
         if pipeline is not None:
             for name, label in (
                 ("immediate_execute_command", _command_label),
                 ("execute", _pipeline_label),
             ):
                 if hasattr(pipeline, name):
-                    owner = _defining(pipeline, name)
-                    patches.append((owner, name, _pointed(getattr(owner, name), label)))
+                    sends = _defining(pipeline, name)
+                    patches.append((sends, name, _pointed(getattr(sends, name), label)))
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None:
         for owner, names in (
