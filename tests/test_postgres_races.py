@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import HealthCheck, settings
 
 import taskboard.servers
 from taskboard._roundtrips import round_trip_points
@@ -201,30 +201,3 @@ def test_now_before_the_row_lock_fails_every_run_on_the_virtual_clock(
         result = replay_trace(violation.recording, mutant)
         assert (result.passed, result.steps_run) == (False, 1)
     run_program(on_virtual(PostgresBoard, virtual_postgres), RENEW_ACROSS_THE_MOVE, record=False)
-
-
-@pytest.mark.deep  # tens of seconds a seed
-@pytest.mark.parametrize("seed_value", [0, 1, 2])
-def test_now_before_the_row_lock_is_found_and_shrunk_to_two_threads_on_the_virtual_clock(
-    virtual_postgres: taskboard.servers.Postgres, seed_value: int
-) -> None:
-    """The checker finds the now()-before-FOR-UPDATE board by itself on the virtual clock,
-    shrinks it to two threads and replays its trace 10 times of 10."""
-    machine = on_virtual(NowBeforeRowLock, virtual_postgres)
-    with pytest.raises(ContractViolation) as caught:
-        run_parallel_state_machine(seed(seed_value)(machine), settings=searching(150))
-    recording = violations_in(caught.value)[0].recording
-    assert recording is not None
-    assert recording.program is not None
-    assert len(recording.program.threads) == 2
-    for _ in range(10):
-        result = replay_trace(recording, machine)
-        assert (result.passed, result.steps_run) == (False, 1)
-
-
-def searching(examples: int) -> settings:
-    """Settings for a seeded search of ``examples`` programs that shrinks, no database."""
-    return settings(
-        max_examples=examples, database=None, deadline=None, report_multiple_bugs=False,
-        suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink],
-    )  # fmt: skip

@@ -39,6 +39,7 @@ from taskboard.model import (
     Operation,
     Window,
     check_history,
+    format_duration,
 )
 from taskboard.stateful._client_clocks import holders_of
 from taskboard.stateful._config import MachineConfig
@@ -397,7 +398,7 @@ def _expiry_crossing(
     label = session.label(lease.token)
     if session.wall:
         past = session.config.past_until
-        return step.lead + 1, lease.until + past, f"just past {label}'s until (+{past})"
+        return step.lead + 1, lease.until + past, f"{format_duration(past)} past {label}'s until"
     if step.lead == 0 or lease.until <= session.clock.now():
         return None
     return step.lead, lease.until, f"exactly {label}'s until"
