@@ -23,8 +23,10 @@ from taskboard._protocol.codec import (
     ProtocolError,
     error_of,
     read_answer,
+    read_yield,
     request_line,
 )
+from taskboard._schedule import round_trip
 
 __all__ = ["EXIT_GRACE", "SPIN_SECONDS", "STDERR_LINES", "Child", "await_exits"]
 
@@ -65,6 +67,9 @@ class Child:
         # Requests written ahead whose answers are still to be read, oldest first: a told
         # ``set_time``, or a ``list`` sent behind a call (see ``request``'s ``then``).
         self._ahead: collections.deque[_Ahead] = collections.deque()
+        #: The child said in ``hello`` that it may stop mid-request at points of its own
+        #: (``yield`` lines, each answered ``go``); until then such a line is a fault.
+        self.yield_points = False
         self.process = subprocess.Popen(
             self.argv,
             stdin=subprocess.PIPE,
@@ -204,21 +209,16 @@ class Child:
         self, op: str, arguments: dict[str, Any], *, then: str | None = None, told: bool = False
     ) -> int:
         """Write ``op`` (and ``then`` behind it) on the child's stdin; ``op``'s id."""
-        stdin = self.process.stdin
-        assert stdin is not None
         self._next_id += 1
         request_id = self._next_id
-        try:
-            stdin.write(request_line(request_id, op, arguments))
-            if told:
-                self._ahead.append(_Ahead(request_id, op, arguments, told=True))
-            if then is not None:
-                self._next_id += 1
-                stdin.write(request_line(self._next_id, then, {}))
-                self._ahead.append(_Ahead(self._next_id, then, {}, told=False))
-            stdin.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            raise ProtocolError(op, self._exit_reason("it stopped reading its stdin")) from None
+        data = request_line(request_id, op, arguments)
+        ahead = [_Ahead(request_id, op, arguments, told=True)] if told else []
+        if then is not None:
+            self._next_id += 1
+            data += request_line(self._next_id, then, {})
+            ahead.append(_Ahead(self._next_id, then, {}, told=False))
+        self._write(op, data)
+        self._ahead.extend(ahead)
         return request_id
 
     def _answer(self, request_id: int, op: str) -> dict[str, Any]:
@@ -227,10 +227,31 @@ class Child:
         Raises:
             ProtocolError: it is malformed, or stdout closed (saying how the child exited).
         """
-        line = self._read_line(op)
-        if not line:
-            raise ProtocolError(op, self._exit_reason("it closed its stdout"))
-        return read_answer(line, request_id, op)
+        while True:
+            line = self._read_line(op)
+            if not line:
+                raise ProtocolError(op, self._exit_reason("it closed its stdout"))
+            label = read_yield(line, request_id, op) if self.yield_points else None
+            if label is None:
+                return read_answer(line, request_id, op)
+            # The child stopped at a point of its own, mid-request: in a controlled race this
+            # thread waits there for its turn; anywhere else it goes on at once.
+            round_trip(f"{op}: yield_point({label})")
+            self._write(op, request_line(request_id, "go", {}))
+
+    def _write(self, op: str, data: bytes) -> None:
+        """Write ``data`` on the child's stdin at once.
+
+        Raises:
+            ProtocolError: the child stopped reading its stdin.
+        """
+        stdin = self.process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(data)
+            stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            raise ProtocolError(op, self._exit_reason("it stopped reading its stdin")) from None
 
     def _answer_ahead(self, op: str | None, arguments: dict[str, Any]) -> dict[str, Any] | None:
         """Read every answer ahead; return the last one's if it answers ``op`` with

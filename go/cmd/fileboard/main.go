@@ -210,6 +210,8 @@ func (b *fileBoard) Claim(ctx context.Context, id taskboard.TaskID, agent taskbo
 		if err := b.locked(func(s *stored) (bool, error) { return false, admit(s, id, agent, now) }); err != nil {
 			return got, err
 		}
+		// Another process's call may come in here: a point the checker can schedule.
+		protocol.YieldPoint(ctx, "claim checked, not yet written")
 		return got, b.locked(func(s *stored) (bool, error) { got = b.grant(s, id, agent, req, now); return true, nil })
 	}
 	err := b.locked(func(s *stored) (bool, error) {
