@@ -1,0 +1,81 @@
+"""Controlled races over the board protocol (SPEC 10): each client process's request is a
+scheduling point, and so is each ``yield`` a child writes mid-request (docs/races.md)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from taskboard._protocol.codec import ProtocolError, read_yield
+from taskboard.model import ContractViolation
+from taskboard.stateful import BoardMachine, violations_in
+from taskboard.stateful._generation import TASK_IDS
+from taskboard.stateful._parallel import run_program
+from taskboard.stateful._steps import ClaimStep, ParallelProgram
+
+SCRIPT = Path(__file__).with_name("protocol_boards.py")
+
+#: Two client processes that claim the first task, in turns from their first request.
+TWO_CLAIMS = ParallelProgram(
+    dict.fromkeys(TASK_IDS, ()),
+    (),
+    ((ClaimStep(TASK_IDS[0], "a1"),), (ClaimStep(TASK_IDS[0], "a2"),)),
+    schedule=(),
+)
+
+
+def controlled(name: str) -> type[BoardMachine]:
+    """A controlled machine over processes of ``tests/protocol_boards.py name``."""
+    return BoardMachine.for_command(
+        [sys.executable, str(SCRIPT), name], race_scheduling="controlled"
+    )
+
+
+def test_a_yield_line_is_told_from_an_answer() -> None:
+    """A yield line gives its label; an answer, even one holding the word, is no yield; a
+    yield in another request, or with a label that is no string, is a fault."""
+    assert read_yield(b'{"id": 3, "yield": "checked"}\n', 3, "claim") == "checked"
+    assert read_yield(b'{"id": 3, "ok": true}\n', 3, "claim") is None
+    assert read_yield(b'{"id": 3, "ok": true, "yield": "x"}\n', 3, "claim") is None
+    assert read_yield(b'{"id": 3, "yield"\n', 3, "claim") is None  # read_answer's to judge
+    with pytest.raises(ProtocolError, match="yields in id 2, not 3"):
+        read_yield(b'{"id": 2, "yield": "checked"}\n', 3, "claim")
+    with pytest.raises(ProtocolError, match="label is a string"):
+        read_yield(b'{"id": 3, "yield": 7}\n', 3, "claim")
+
+
+def test_a_served_boards_own_point_splits_its_call_under_control() -> None:
+    """Two client processes of a claim atomic only inside one process, each stopping at its
+    yield_point between check and write: both win on every run of the same schedule, and the
+    report shows each process's request and point in turn."""
+    machine = controlled("sqlite-split-claim")
+    for _ in range(2):
+        with pytest.raises(ContractViolation) as caught:
+            run_program(machine, TWO_CLAIMS, record=False)
+    report = str(violations_in(caught.value)[0])
+    order = [
+        "thread 0 (client 0) #0: claim request",
+        "thread 1 (client 1) #1: claim request",
+        "thread 0 (client 0) #0: claim: yield_point(claim checked, not yet written)",
+        "thread 1 (client 1) #1: claim: yield_point(claim checked, not yet written)",
+    ]
+    positions = [report.find(turn) for turn in order]
+    assert -1 not in positions and positions == sorted(positions), report
+
+
+def test_a_correct_served_board_passes_under_control() -> None:
+    """The same program on the correct SQLite board's processes runs under control (its
+    requests are points) and finds no violation."""
+    assert run_program(controlled("sqlite"), TWO_CLAIMS, record=False) is True
+
+
+def test_a_child_that_yields_holding_a_lock_does_not_hang_the_checker() -> None:
+    """A correct child that stops at its point while it holds the lock the other process's
+    claim waits for: that claim never reaches a point, runs free after the step timeout, and
+    the race ends without a deadlock or a false alarm."""
+    started = time.monotonic()
+    assert run_program(controlled("sqlite-yield-holding-lock"), TWO_CLAIMS, record=False)
+    assert time.monotonic() - started < 8.0  # not the protocol's 10 s answer timeout
