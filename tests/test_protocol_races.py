@@ -63,7 +63,8 @@ def test_a_served_boards_own_point_splits_its_call_under_control() -> None:
         "thread 1 (client 1) #1: claim: yield_point(claim checked, not yet written)",
     ]
     positions = [report.find(turn) for turn in order]
-    assert -1 not in positions and positions == sorted(positions), report
+    assert -1 not in positions, report
+    assert positions == sorted(positions), report
 
 
 def test_a_correct_served_board_passes_under_control() -> None:
