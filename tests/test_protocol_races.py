@@ -3,14 +3,21 @@ scheduling point, and so is each ``yield`` a child writes mid-request (docs/race
 
 from __future__ import annotations
 
+import io
+import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from taskboard._protocol.codec import ProtocolError, read_yield
+from taskboard import ClaimRequest, Task
+from taskboard._protocol.codec import ProtocolError, encode_task, read_yield
+from taskboard.hosts.memory import MemoryBoard
 from taskboard.model import ContractViolation
+from taskboard.protocol import serve
+from taskboard.races import yield_point
 from taskboard.stateful import BoardMachine, violations_in
 from taskboard.stateful._generation import TASK_IDS
 from taskboard.stateful._parallel import run_program
@@ -45,6 +52,41 @@ def test_a_yield_line_is_told_from_an_answer() -> None:
         read_yield(b'{"id": 2, "yield": "checked"}\n', 3, "claim")
     with pytest.raises(ProtocolError, match="label is a string"):
         read_yield(b'{"id": 3, "yield": 7}\n', 3, "claim")
+
+
+class YieldingBoard(MemoryBoard):
+    """Stops at a point of its own in every claim, before it claims."""
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        yield_point("before the claim")
+        return super().claim(task_id, agent, request)
+
+
+def served(*requests: dict[str, Any]) -> list[dict[str, Any]]:
+    """What serve() writes for ``requests`` to a YieldingBoard, line by line."""
+    written = io.BytesIO()
+    lines = b"".join(json.dumps(request).encode() + b"\n" for request in requests)
+    serve(YieldingBoard, stdin=io.BytesIO(lines), stdout=written)
+    return [json.loads(line) for line in written.getvalue().splitlines()]
+
+
+INIT = {"id": 2, "op": "init", "tasks": [encode_task(Task("t1"))], "clock": "manual", "now": 0}
+CLAIM = {"id": 3, "op": "claim", "task": "t1", "agent": "a1", "ttl": 0}
+
+
+def test_a_served_yield_point_waits_for_go_and_serves_what_came_meanwhile_after() -> None:
+    """Offered yields, serve() writes the claim's yield line and goes on at go; a list
+    written behind the claim is answered after the claim; unoffered, no yield line."""
+    hello = {"id": 1, "op": "hello", "protocol": 1, "yield_points": True}
+    go = {"id": 3, "op": "go"}
+    out = served(hello, INIT, CLAIM, {"id": 4, "op": "list"}, go, {"id": 5, "op": "close"})
+    assert out[0]["yield_points"] is True
+    assert out[2] == {"id": 3, "yield": "before the claim"}
+    assert [(line["id"], line.get("ok")) for line in out[3:]] == [(3, True), (4, True), (5, True)]
+    assert out[4]["tasks"][0]["state"] == "claimed"
+    unoffered = served({"id": 1, "op": "hello", "protocol": 1}, INIT, CLAIM)
+    assert [line["id"] for line in unoffered] == [1, 2, 3]
+    assert "yield" not in unoffered[2]
 
 
 def test_a_served_boards_own_point_splits_its_call_under_control() -> None:
