@@ -177,6 +177,7 @@ def main(name: str) -> None:
             connect=lambda storage, clock: SQLiteBoard((), clock, storage),
             storage_of=lambda board: board._path,
             stdin=REQUESTS,
+            yield_points=True,
         )
         return
     if name == "sqlite-split-claim":
@@ -186,6 +187,7 @@ def main(name: str) -> None:
             connect=lambda storage, clock: SplitClaimBoard((), clock, storage),
             storage_of=lambda board: board._path,
             stdin=REQUESTS,
+            yield_points=True,
         )
         return
     if name == "sqlite-yield-holding-lock":
@@ -195,6 +197,7 @@ def main(name: str) -> None:
             connect=lambda storage, clock: LockHoldingYieldBoard((), clock, storage),
             storage_of=lambda board: board._path,
             stdin=REQUESTS,
+            yield_points=True,
         )
         return
     if name == "garbage":

@@ -62,11 +62,12 @@ class YieldingBoard(MemoryBoard):
         return super().claim(task_id, agent, request)
 
 
-def served(*requests: dict[str, Any]) -> list[dict[str, Any]]:
-    """What serve() writes for ``requests`` to a YieldingBoard, line by line."""
+def served(*requests: dict[str, Any], declared: bool = True) -> list[dict[str, Any]]:
+    """What serve() writes for ``requests`` to a YieldingBoard, line by line; ``declared``:
+    it says it marks its yield points."""
     written = io.BytesIO()
     lines = b"".join(json.dumps(request).encode() + b"\n" for request in requests)
-    serve(YieldingBoard, stdin=io.BytesIO(lines), stdout=written)
+    serve(YieldingBoard, stdin=io.BytesIO(lines), stdout=written, yield_points=declared)
     return [json.loads(line) for line in written.getvalue().splitlines()]
 
 
@@ -76,7 +77,8 @@ CLAIM = {"id": 3, "op": "claim", "task": "t1", "agent": "a1", "ttl": 0}
 
 def test_a_served_yield_point_waits_for_go_and_serves_what_came_meanwhile_after() -> None:
     """Offered yields, serve() writes the claim's yield line and goes on at go; a list
-    written behind the claim is answered after the claim; unoffered, no yield line."""
+    written behind the claim is answered after the claim; unoffered or undeclared, no
+    yield line."""
     hello = {"id": 1, "op": "hello", "protocol": 1, "yield_points": True}
     go = {"id": 3, "op": "go"}
     out = served(hello, INIT, CLAIM, {"id": 4, "op": "list"}, go, {"id": 5, "op": "close"})
@@ -87,6 +89,9 @@ def test_a_served_yield_point_waits_for_go_and_serves_what_came_meanwhile_after(
     unoffered = served({"id": 1, "op": "hello", "protocol": 1}, INIT, CLAIM)
     assert [line["id"] for line in unoffered] == [1, 2, 3]
     assert "yield" not in unoffered[2]
+    undeclared = served(hello, INIT, CLAIM, declared=False)
+    assert undeclared[0]["yield_points"] is False
+    assert [line.get("ok") for line in undeclared] == [True, True, True]
 
 
 def test_a_served_boards_own_point_splits_its_call_under_control() -> None:
@@ -113,6 +118,13 @@ def test_a_correct_served_board_passes_under_control() -> None:
     """The same program on the correct SQLite board's processes runs under control (its
     requests are points) and finds no violation."""
     assert run_program(controlled("sqlite"), TWO_CLAIMS, record=False) is True
+
+
+def test_a_child_that_marks_no_points_races_free_under_control() -> None:
+    """A served board that does not declare yield_points (its calls may race inside, where
+    the checker cannot see): its requests are no points, and the program runs on threads as
+    without control."""
+    assert run_program(controlled("memory"), TWO_CLAIMS, record=False) is False
 
 
 def test_a_child_that_yields_holding_a_lock_does_not_hang_the_checker() -> None:

@@ -38,6 +38,12 @@ type Host struct {
 	// NoRenew and NoFail say the board has no Renew or Fail: hello does not declare them,
 	// and the op is answered unsupported.
 	NoRenew, NoFail bool
+	// YieldPoints says the board marks with YieldPoint every place inside a call where
+	// another process's call may come in (a call is atomic between its points). In a
+	// controlled race the checker then runs the processes' calls one at a time, from
+	// request to point to answer, in an order it draws and replays exactly. Without it,
+	// YieldPoint returns at once and the processes race as the operating system runs them.
+	YieldPoints bool
 }
 
 // heardClock is the system clock until the checker says what time it is (init in manual
@@ -208,7 +214,7 @@ func (s *server) handle(ctx context.Context, r request) (reply, error) {
 	var none reply
 	switch r.Op {
 	case "hello":
-		return reply{helloResult: &helloResult{Protocol: 1, Name: s.host.Name, Ops: s.ops(), Durable: s.host.Durable, YieldPoints: true}}, nil
+		return reply{helloResult: &helloResult{Protocol: 1, Name: s.host.Name, Ops: s.ops(), Durable: s.host.Durable, YieldPoints: s.host.YieldPoints}}, nil
 	case "connect":
 		if s.host.Connect == nil {
 			return none, errUnsupported
@@ -350,8 +356,9 @@ type linesKey struct{}
 // In a controlled race of the checker (taskboard fuzz --race-scheduling controlled) the call
 // stops here until the checker's scheduler lets it go on, so the race between processes is
 // explored as a drawn, replayable interleaving. Anywhere else it returns at once: ctx is not
-// a call served by Serve, or the checker did not offer to take points. label names the
-// point in the checker's reports. Hold no lock another process needs while you yield.
+// a call served by Serve, the Host does not declare YieldPoints, or the checker did not
+// offer to take points. label names the point in the checker's reports. Hold no lock
+// another process needs while you yield.
 func YieldPoint(ctx context.Context, label string) {
 	if l, ok := ctx.Value(linesKey{}).(*lines); ok {
 		l.stop(label)
@@ -379,7 +386,7 @@ func Serve(host Host, in io.Reader, out io.Writer) error {
 		l.mu.Lock()
 		l.current = r.ID
 		if r.Op == "hello" {
-			l.offered = r.YieldPoints
+			l.offered = r.YieldPoints && host.YieldPoints
 		}
 		l.mu.Unlock()
 		answer, opErr := s.handle(ctx, r)

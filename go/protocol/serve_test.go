@@ -43,7 +43,7 @@ func TestServeAnswersEachOpWithItsTypedResult(t *testing.T) {
 		`{"id":9,"op":"list"}`,
 	)
 	want := []string{
-		`{"id":1,"ok":true,"protocol":1,"name":"memboard","ops":["renew"],"durable":false,"yield_points":true}`,
+		`{"id":1,"ok":true,"protocol":1,"name":"memboard","ops":["renew"],"durable":false,"yield_points":false}`,
 		`{"id":2,"ok":true,"storage":"in-memory"}`,
 		`{"id":3,"ok":true,"task":{"id":"t1","title":"build","deps":[],"state":"claimed","owner":"a1","lease":{"token":"TOKEN","fence":1,"until":null},"seq":1}}`,
 		`{"id":4,"ok":false,"error":"taken","message":"taskboard: task is held by a live lease"}`,
@@ -114,8 +114,9 @@ func (b yieldingBoard) Claim(ctx context.Context, id taskboard.TaskID, agent tas
 }
 
 var yieldingHost = protocol.Host{
-	Name:   "yielding",
-	NoFail: true,
+	Name:        "yielding",
+	NoFail:      true,
+	YieldPoints: true,
 	New: func(tasks []taskboard.Task, clock protocol.Clock) (taskboard.Board, string, error) {
 		return yieldingBoard{memboard.New(tasks, clock)}, "in-memory", nil
 	},
@@ -163,6 +164,26 @@ func TestYieldPointReturnsAtOnceUnlessOffered(t *testing.T) {
 	)
 	if len(got) != 3 || strings.Contains(strings.Join(got, "\n"), "yield\":\"") {
 		t.Fatalf("got %q; want three answers and no yield", got)
+	}
+}
+
+// TestYieldPointReturnsAtOnceUnlessDeclared: a host that does not declare YieldPoints says
+// so in hello and writes no yield line, even offered: its processes race free.
+func TestYieldPointReturnsAtOnceUnlessDeclared(t *testing.T) {
+	undeclared := yieldingHost
+	undeclared.YieldPoints = false
+	var out strings.Builder
+	requests := []string{
+		`{"id":1,"op":"hello","protocol":1,"yield_points":true}`,
+		`{"id":2,"op":"init","tasks":[{"id":"t1","title":"build","deps":[],"state":"open","owner":"","lease":null,"seq":0}],"clock":"manual","now":1767225600000000}`,
+		`{"id":3,"op":"claim","task":"t1","agent":"a1","ttl":0}`,
+	}
+	if err := protocol.Serve(undeclared, strings.NewReader(strings.Join(requests, "\n")+"\n"), &out); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(got) != 3 || !strings.Contains(got[0], `"yield_points":false`) || strings.Contains(got[2], `"yield":`) {
+		t.Fatalf("got %q; want hello declaring no yield points, and no yield", got)
 	}
 }
 

@@ -4,9 +4,9 @@
 optional methods (``renew``, ``fail``) are exactly those the child declared, so the checker
 treats it as it would a Python board of that shape. In manual mode, once the clock moved,
 every open process of the board (the one that ran ``init`` and its clients) hears
-``set_time`` before any of them gets its next request. In a controlled race every request
-is a scheduling point, and so is every ``yield`` a child writes mid-request
-(:mod:`taskboard._schedule`).
+``set_time`` before any of them gets its next request. In a controlled race, when the
+command declared ``yield_points`` in ``hello``, every request is a scheduling point, and so
+is every ``yield`` a child writes mid-request (:mod:`taskboard._schedule`).
 """
 
 from __future__ import annotations
@@ -130,9 +130,11 @@ class _ExecBoard:
         return "manual" if self._processes.manual else "wall"
 
     def _call(self, op: str, **arguments: Any) -> dict[str, Any]:
-        # Each request is a round trip to the board's storage: in a controlled race the
-        # calling thread waits here for its turn, so which process's call goes next is drawn.
-        round_trip(f"{op} request")
+        if self.child.yield_points:
+            # The child marks its points inside a call, so its calls are atomic between
+            # them: in a controlled race the calling thread waits here for its turn, and
+            # which process's call goes next is drawn. A child that marks none races free.
+            round_trip(f"{op} request")
         self._processes.keep_time()
         # The checker reads the board after every call it makes: send the list with the call.
         then = "list" if op in _WRITES and self._processes.alone(self.child) else None

@@ -74,6 +74,7 @@ class _Server:
         self.storage_of = storage_of
         self.board: Any = None
         self.clock = _HeardClock()
+        self.yield_points = False
 
     def ops(self) -> list[str]:
         has = operations_of(self.shape)
@@ -89,7 +90,7 @@ class _Server:
                 "ops": self.ops(),
                 "durable": True,
                 # taskboard.races.yield_point in the board reaches the checker (see _Lines).
-                "yield_points": True,
+                "yield_points": self.yield_points,
             }
             # SPEC 3.4, as BoardMachine.for_board reads it from a board factory.
             policy = getattr(self.shape or self.make_board, "expired_lease_policy", None)
@@ -194,6 +195,7 @@ def serve(
     storage_of: Callable[[Any], str] = lambda board: "",
     stdin: IO[bytes] | None = None,
     stdout: IO[bytes] | None = None,
+    yield_points: bool = False,
 ) -> None:
     """Answer board-protocol requests for boards ``make_board(tasks, clock)`` makes.
 
@@ -203,20 +205,24 @@ def serve(
     no ``connect``. A contract error becomes its
     code; any other exception is left to end the process, as a crash would.
 
-    A :func:`taskboard.races.yield_point` the board reaches while it serves a request is a
-    point of the checker's controlled race: the process writes a ``yield`` line and waits for
-    the checker's ``go`` (docs/protocol.md); outside a controlled race the ``go`` comes at once.
+    ``yield_points``: the board marks with :func:`taskboard.races.yield_point` every place in
+    a call where another process's call may come in (a call is atomic between its points).
+    In a controlled race each point then stops the process (a ``yield`` line) until the
+    checker's ``go`` (docs/protocol.md), and the processes' calls run one at a time in an
+    order the checker draws; outside one the ``go`` comes at once. Without it, the board's
+    points return at once and its processes race as the operating system runs them.
     """
     writer = stdout if stdout is not None else sys.stdout.buffer
     if shape is None and isinstance(make_board, type):
         shape = make_board
     server = _Server(make_board, shape, connect, storage_of)
+    server.yield_points = yield_points
     lines = _Lines(stdin if stdin is not None else sys.stdin.buffer, writer)
     for line in lines:
         request = json.loads(line)
         answer: dict[str, Any] = {"id": request["id"]}
         if request["op"] == "hello":
-            lines.offered = request.get("yield_points") is True
+            lines.offered = yield_points and request.get("yield_points") is True
         try:
             with forwarding_yield_points(functools.partial(lines.stop, request["id"])):
                 answer.update(ok=True, **server.handle(request))

@@ -73,8 +73,9 @@ class Hello:
         self.durable = durable
         #: SPEC 3.4: the policy the board keeps, when it says (``None``: it does not).
         self.expired_lease_policy: str | None = policy
-        #: It may stop mid-request at points of its own (``yield`` lines), which the checker
-        #: offered in its ``hello`` (docs/protocol.md).
+        #: It marks every place in a call where another process's call may come in, and stops
+        #: there mid-request (``yield`` lines), as the checker offered in its ``hello``: its
+        #: calls are atomic between them, and a controlled race schedules its requests.
         self.yield_points = points
 
 

@@ -76,6 +76,9 @@ func main() {
 			return &fileBoard{path: storage, file: f, clock: clock, mutant: *mutant}, nil
 		},
 		Remove: os.Remove,
+		// Each call is one flock transaction, but for the claim-atomic-in-process mutant's
+		// claim, which marks the point between its two.
+		YieldPoints: true,
 	})
 }
 
