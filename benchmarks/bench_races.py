@@ -18,7 +18,7 @@ PostgresBoard on its server's clock, on the wall clock, when TASKBOARD_POSTGRES_
 runs ``--max-examples`` controlled programs per seed: the false alarms must be zero.
 
     python benchmarks/bench_races.py [--seeds 5] [--max-examples 200] [--replays 10] [--only NAME]
-        [--exec NAME=COMMAND ...]
+        [--modes os,controlled] [--exec NAME=COMMAND ...]
 """
 
 from __future__ import annotations
@@ -245,6 +245,7 @@ def main() -> None:
         "--controls", type=int, default=100, help="programs per correct host (0: none)"
     )
     parser.add_argument("--only", default="", help="measure only the races whose name has this")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: os,controlled")
     parser.add_argument(
         "--exec",
         action="append",
@@ -261,7 +262,7 @@ def main() -> None:
             f"{args.replays}"
         )
         for race in (r for r in races(args.exec, directory) if args.only in r.name):
-            for mode in MODES:
+            for mode in args.modes.split(","):
                 catches = [
                     catch
                     for s in range(args.seeds)

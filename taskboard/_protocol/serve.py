@@ -89,7 +89,8 @@ class _Server:
                 "name": "python",
                 "ops": self.ops(),
                 "durable": True,
-                # taskboard.races.yield_point in the board reaches the checker (see _Lines).
+                # Its yield_point calls reach the checker (see _Lines), and its calls are
+                # atomic between them: a controlled race schedules its requests.
                 "yield_points": self.yield_points,
             }
             # SPEC 3.4, as BoardMachine.for_board reads it from a board factory.
