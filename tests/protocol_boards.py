@@ -8,6 +8,7 @@ NAME is ``memory``, a board on ``taskboard fuzz --server``'s store (``redis-own-
 ``sqlite-split-claim`` (the same, with a claim that is atomic only inside one process and a
 ``yield_point`` between its check and its write), ``sqlite-yield-holding-lock`` (a correct
 claim that yields while it holds a lock the other processes' claims wait for),
+``memory-yielding`` (MemoryBoard with a point in its claim, one process for every caller),
 ``memory-undeclared`` (MemoryBoard declaring no ``expired_lease_policy`` in hello), a
 mutant of the gallery, or a misbehaving child: ``exit`` (dies at start), ``silent`` (never
 answers), ``garbage`` (answers claims with a line that is not JSON).
@@ -199,6 +200,15 @@ def main(name: str) -> None:
             stdin=REQUESTS,
             yield_points=True,
         )
+        return
+    if name == "memory-yielding":
+
+        class Yielding(MemoryBoard):
+            def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+                yield_point("before the claim")
+                return super().claim(task_id, agent, request)
+
+        serve(Yielding, stdin=REQUESTS, yield_points=True)
         return
     if name == "garbage":
 

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from taskboard import ClaimRequest, Task
+from taskboard import ClaimRequest, Task, _schedule
 from taskboard._protocol.codec import ProtocolError, encode_task, read_yield
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.model import ContractViolation
 from taskboard.protocol import serve
 from taskboard.races import yield_point
-from taskboard.stateful import BoardMachine, violations_in
+from taskboard.stateful import BoardMachine, _parallel, violations_in
 from taskboard.stateful._generation import TASK_IDS
 from taskboard.stateful._parallel import run_program
 from taskboard.stateful._steps import ClaimStep, ParallelProgram
@@ -125,6 +125,25 @@ def test_a_child_that_marks_no_points_races_free_under_control() -> None:
     the checker cannot see): its requests are no points, and the program runs on threads as
     without control."""
     assert run_program(controlled("memory"), TWO_CLAIMS, record=False) is False
+
+
+def test_threads_sharing_one_yielding_process_wait_on_it_without_a_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Threads calling one process (no connect): while one is stopped at the child's point
+    mid-request, the other's request waits for the process, and the scheduler hears so and
+    schedules on at once, with no step timeout and no thread let run free."""
+    schedulers: list[_schedule.RaceScheduler] = []
+
+    class Recorded(_schedule.RaceScheduler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            schedulers.append(self)
+
+    monkeypatch.setattr(_parallel, "RaceScheduler", Recorded)
+    assert run_program(controlled("memory-yielding"), TWO_CLAIMS, record=False) is True
+    assert schedulers[0].blocked == 1
+    assert schedulers[0].ran_free == 0
 
 
 def test_a_child_that_yields_holding_a_lock_does_not_hang_the_checker() -> None:

@@ -26,7 +26,7 @@ from taskboard._protocol.codec import (
     read_yield,
     request_line,
 )
-from taskboard._schedule import round_trip
+from taskboard._schedule import note_lock_probe, round_trip
 
 __all__ = ["EXIT_GRACE", "SPIN_SECONDS", "STDERR_LINES", "Child", "await_exits"]
 
@@ -156,7 +156,7 @@ class Child:
             Exception: the contract error (or ``ValueError``) the answer names, or a told
                 ``set_time`` was answered with.
         """
-        with self._lock:
+        with self._turn():
             self._refuse_if_broken(op)
             with self._fault_ends_it():
                 answer = self._answer_ahead(op, arguments)
@@ -167,6 +167,22 @@ class Child:
             raise error_of(answer, op)
         return answer
 
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """Hold this process for one request. In a controlled race, a thread that waits for
+        it while another holds it (stopped at a point of the child's mid-request) tells the
+        scheduler it waits on another's lock, so that the others are scheduled at once."""
+        if not self._lock.acquire(blocking=False):
+            taken = threading.Event()
+            note_lock_probe(lambda: not taken.is_set())
+            self._lock.acquire()
+            taken.set()
+            note_lock_probe(None)
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     def tell(self, op: str, **arguments: Any) -> None:
         """Send a request whose answer is read (and checked) before the next one's: a
         ``set_time`` costs no round trip of its own.
@@ -174,7 +190,7 @@ class Child:
         Raises:
             ProtocolError: the process broke earlier, or stopped reading its stdin.
         """
-        with self._lock:
+        with self._turn():
             self._refuse_if_broken(op)
             with self._fault_ends_it():
                 self._send(op, arguments, told=True)
