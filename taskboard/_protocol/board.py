@@ -20,7 +20,7 @@ from taskboard._clock import Clock, ClockMode, ManualClock
 from taskboard._contract import ClaimRequest, Task
 from taskboard._driver import wrapper_classes
 from taskboard._operations import BY_METHOD, BY_OP, OPTIONAL_OPERATIONS, BoardOperation
-from taskboard._protocol.child import Child
+from taskboard._protocol.child import Child, holding
 from taskboard._protocol.codec import (
     ARGUMENT_FIELDS,
     ProtocolError,
@@ -78,7 +78,7 @@ class _Processes:
     def keep_time(self) -> None:
         if not self.manual:
             return
-        with self._lock:
+        with holding(self._lock):
             now = self.clock.now()
             if now != self.time_sent:
                 self.time_sent = now
@@ -90,7 +90,7 @@ class _Processes:
         """``child`` has answered ``init`` or (``connected``) ``connect``: it hears the time the
         others heard, and every later ``set_time``."""
         self.keep_time()
-        with self._lock:
+        with holding(self._lock):
             for other in self.open:  # a list sent ahead would miss the newcomer's writes
                 other.settle()
             if connected and self.manual:
@@ -104,7 +104,7 @@ class _Processes:
         return self.manual and self.open == [child]
 
     def leave(self, child: Child) -> None:
-        with self._lock:
+        with holding(self._lock):
             if child in self.open:
                 self.open.remove(child)
 

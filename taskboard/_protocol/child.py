@@ -28,7 +28,7 @@ from taskboard._protocol.codec import (
 )
 from taskboard._schedule import note_lock_probe, round_trip
 
-__all__ = ["EXIT_GRACE", "SPIN_SECONDS", "STDERR_LINES", "Child", "await_exits"]
+__all__ = ["EXIT_GRACE", "SPIN_SECONDS", "STDERR_LINES", "Child", "await_exits", "holding"]
 
 #: How many of a child's last stderr lines a report shows.
 STDERR_LINES = 20
@@ -36,6 +36,23 @@ STDERR_LINES = 20
 SPIN_SECONDS = 200e-6
 #: How long a child may take to exit after ``close``, and then after SIGTERM.
 EXIT_GRACE = 2.0
+
+
+@contextlib.contextmanager
+def holding(lock: threading.Lock) -> Iterator[None]:
+    """Hold ``lock`` (a process's, or the board's clock). In a controlled race, a thread
+    that waits for it while another holds it (one stopped at a point of its child's, mid-
+    request) tells the scheduler it waits on another's lock: the others go on at once."""
+    if not lock.acquire(blocking=False):
+        taken = threading.Event()
+        note_lock_probe(lambda: not taken.is_set())
+        lock.acquire()
+        taken.set()
+        note_lock_probe(None)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @dataclass(frozen=True)
@@ -156,7 +173,7 @@ class Child:
             Exception: the contract error (or ``ValueError``) the answer names, or a told
                 ``set_time`` was answered with.
         """
-        with self._turn():
+        with holding(self._lock):
             self._refuse_if_broken(op)
             with self._fault_ends_it():
                 answer = self._answer_ahead(op, arguments)
@@ -167,22 +184,6 @@ class Child:
             raise error_of(answer, op)
         return answer
 
-    @contextlib.contextmanager
-    def _turn(self) -> Iterator[None]:
-        """Hold this process for one request. In a controlled race, a thread that waits for
-        it while another holds it (stopped at a point of the child's mid-request) tells the
-        scheduler it waits on another's lock, so that the others are scheduled at once."""
-        if not self._lock.acquire(blocking=False):
-            taken = threading.Event()
-            note_lock_probe(lambda: not taken.is_set())
-            self._lock.acquire()
-            taken.set()
-            note_lock_probe(None)
-        try:
-            yield
-        finally:
-            self._lock.release()
-
     def tell(self, op: str, **arguments: Any) -> None:
         """Send a request whose answer is read (and checked) before the next one's: a
         ``set_time`` costs no round trip of its own.
@@ -190,7 +191,7 @@ class Child:
         Raises:
             ProtocolError: the process broke earlier, or stopped reading its stdin.
         """
-        with self._turn():
+        with holding(self._lock):
             self._refuse_if_broken(op)
             with self._fault_ends_it():
                 self._send(op, arguments, told=True)
