@@ -2,20 +2,25 @@
 
 For each race mutant (taskboard.hosts.race_mutants; with TASKBOARD_POSTGRES_URL set, also
 taskboard.hosts.postgres_race_mutants, on the wall clock; with ``--virtual``, those again on a
-throwaway PostgreSQL on the checker's clock, taskboard.servers.Postgres) and each seed, the
-parallel mode
+throwaway PostgreSQL on the checker's clock, taskboard.servers.Postgres, controlled only) and
+each seed, the parallel mode
 runs twice: with ``race_scheduling = "os"`` (threads as the operating system runs
 them) and ``"controlled"`` (one thread at a time at the storage round trips, as drawn). It
 prints, per mode, how many seeds caught the race, the median programs (Hypothesis examples)
 and seconds to the first violation, the size of the shrunk program (threads, calls), and how
 many of ``--replays`` replays of its trace fail on their first run of the program.
 
+A board command's race (``--exec NAME=COMMAND``; the Go board whose claim is atomic only inside
+one process, built from go/cmd/fileboard, whenever Go is installed) races each thread on a
+client process of its own; under control each request is a point, and so is each
+``yield_point`` the child marks mid-call.
+
 Then each correct reference host (SQLiteBoard; RedisBoard when TASKBOARD_REDIS_URL is set;
 PostgresBoard on its server's clock, on the wall clock, when TASKBOARD_POSTGRES_URL is)
 runs ``--max-examples`` controlled programs per seed: the false alarms must be zero.
 
     python benchmarks/bench_races.py [--seeds 5] [--max-examples 200] [--replays 10] [--only NAME]
-        [--virtual]
+        [--modes os,controlled] [--exec NAME=COMMAND ...] [--virtual]
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ import contextlib
 import functools
 import itertools
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,39 +85,66 @@ def files(board: type, directory: Path) -> Any:
 @dataclass(frozen=True)
 class Race:
     """A race mutant to measure: its name, how to make its factory in a directory, and the
-    machine settings it needs."""
+    machine settings it needs; or, for a board command (``command``), the command."""
 
     name: str
     factory: Any
     attributes: dict[str, Any]
+    command: str = ""
     #: The modes it runs in. On the virtual clock the threads meet one standing instant, so
-    #: they cannot cross an until; and PostgreSQL, whose deadlock timeout is armed by its
-    #: clock, never breaks a deadlock while that clock stands: threads can hang.
+    #: they cannot cross an until: only the controlled mode moves the clock inside a race.
     modes: tuple[str, ...] = MODES
 
+    def machine(self, mode: str, directory: Path) -> Any:
+        """The machine that races it with ``race_scheduling = mode``."""
+        if self.command:
+            return BoardMachine.for_command(self.command, race_scheduling=mode)
+        factory = self.factory(directory)
+        return BoardMachine.for_board(
+            factory, race_scheduling=mode, trace_target="", **self.attributes
+        )
 
-def races(virtual: Any = None) -> list[Race]:
-    """The SQLite race mutants, and the PostgreSQL ones when a server is configured; with a
-    ``virtual`` server (a started ``taskboard.servers.Postgres``), those on it too."""
+
+def races(commands: Sequence[str], directory: Path, virtual: Any = None) -> list[Race]:
+    """The SQLite race mutants, the PostgreSQL ones when a server is configured (and on a
+    ``virtual`` server, a started ``taskboard.servers.Postgres``, when given), the Go
+    board whose claim is atomic only inside one process when Go is installed, and each of
+    ``commands`` (``NAME=COMMAND``)."""
     found = [Race(b.__name__, functools.partial(files, b), {}) for b in RACE_MUTANTS]
     url = os.environ.get("TASKBOARD_POSTGRES_URL")
     if url or virtual is not None:
-        from taskboard.hosts.postgres import PostgresBoard
         from taskboard.hosts.postgres_race_mutants import POSTGRES_RACE_MUTANTS
 
         for board in POSTGRES_RACE_MUTANTS if url else ():
             on_server = functools.partial(on_postgres, board, url)
             found.append(Race(board.__name__, on_server, {"clock_mode": "wall"}))
         for board in POSTGRES_RACE_MUTANTS if virtual is not None else ():
-            settings = {
-                "clock_mode": "virtual",
-                "server": virtual,
-                "clock_resolution": PostgresBoard.clock_resolution,
-            }
+            settings = {"clock_mode": "virtual", "server": virtual, "clock_resolution": US}
             on_virtual = functools.partial(on_postgres, board, virtual.url, clock="server")
             name = f"{board.__name__} (virtual)"
             found.append(Race(name, on_virtual, settings, modes=("controlled",)))
+    fileboard = go_fileboard(directory)
+    if fileboard is not None:
+        mutant = f"{fileboard} -mutant claim-atomic-in-process"
+        found.append(Race("go claim-atomic-in-process", None, {}, mutant))
+    for named in commands:
+        name, _, command = named.partition("=")
+        found.append(Race(name, None, {}, command))
     return found
+
+
+def go_fileboard(directory: Path) -> Path | None:
+    """go/cmd/fileboard built into ``directory``; None without Go."""
+    go = shutil.which("go")
+    if go is None:
+        return None
+    built = directory / "fileboard"
+    module = Path(__file__).resolve().parent.parent / "go"
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off"}
+    subprocess.run(
+        [go, "build", "-o", str(built), "./cmd/fileboard"], cwd=module, env=env, check=True
+    )
+    return built
 
 
 def on_postgres(board: type, url: str, directory: Path, clock: str | None = None) -> Any:
@@ -123,10 +157,7 @@ def run(
     race: Race, mode: str, run_seed: int, max_examples: int, replays: int, directory: Path
 ) -> Catch | None:
     """One seed of one mode: the catch, or None when the race was not caught."""
-    factory = race.factory(directory / f"{race.name}-{mode}-{run_seed}")
-    machine = BoardMachine.for_board(
-        factory, race_scheduling=mode, trace_target="", **race.attributes
-    )
+    machine = race.machine(mode, directory / f"{race.name}-{mode}-{run_seed}")
     programs: list[ParallelProgram] = []
     first: list[tuple[int, float]] = []
     started = time.perf_counter()
@@ -164,10 +195,8 @@ def run(
             return Catch(first[0][0], first[0][1], 0, 0, 0)
         program = recorded[0].program
         failing = 0
-        # On the virtual clock the replay needs the machine's server.
-        replayed = machine if race.attributes.get("clock_mode") == "virtual" else factory
         for _ in range(replays):
-            result = replay_trace(recorded[0], replayed)
+            result = replay_trace(recorded[0], machine)
             failing += not result.passed and result.steps_run == 1
         calls = len(program.prefix) + sum(len(ops) for ops in program.threads)
         return Catch(first[0][0], first[0][1], len(program.threads), calls, failing)
@@ -204,14 +233,20 @@ def false_alarms(seeds: int, max_examples: int, directory: Path, virtual: Any = 
             return PostgresBoard(tasks, "server", virtual.url)
 
         hosts.append(("PostgresBoard (server clock, virtual)", on_virtual))
+    fileboard = go_fileboard(directory)
+    if fileboard is not None:  # a command: its racing threads are client processes
+        hosts.append(("go fileboard (client processes)", str(fileboard)))
     lines = []
     for name, factory in hosts:
         alarms, started = 0, time.perf_counter()
-        mode: dict[str, Any] = {"clock_mode": "wall"} if "wall)" in name else {}
+        wall: dict[str, Any] = {"clock_mode": "wall"} if "wall)" in name else {}
         if "virtual)" in name:
-            mode = {"clock_mode": "virtual", "server": virtual, "clock_resolution": US}
+            wall = {"clock_mode": "virtual", "server": virtual, "clock_resolution": US}
         for run_seed in range(seeds):
-            machine = BoardMachine.for_board(factory, race_scheduling="controlled", **mode)
+            if isinstance(factory, str):
+                machine = BoardMachine.for_command(factory, race_scheduling="controlled")
+            else:
+                machine = BoardMachine.for_board(factory, race_scheduling="controlled", **wall)
             try:
                 run_parallel_state_machine(
                     seed(run_seed)(machine),
@@ -232,8 +267,18 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--max-examples", type=int, default=200)
     parser.add_argument("--replays", type=int, default=10)
-    parser.add_argument("--controls", type=int, default=100, help="programs per correct host")
+    parser.add_argument(
+        "--controls", type=int, default=100, help="programs per correct host (0: none)"
+    )
     parser.add_argument("--only", default="", help="measure only the races whose name has this")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: os,controlled")
+    parser.add_argument(
+        "--exec",
+        action="append",
+        default=[],
+        metavar="NAME=COMMAND",
+        help="also measure this board command's race (its clients are processes)",
+    )
     parser.add_argument(
         "--virtual",
         action="store_true",
@@ -258,8 +303,8 @@ def measure(args: argparse.Namespace, virtual: Any) -> None:
             f"the seeds that caught the race; replays failing on their first run, of "
             f"{args.replays}"
         )
-        for race in (r for r in races(virtual) if args.only in r.name):
-            for mode in race.modes:
+        for race in (r for r in races(args.exec, directory, virtual) if args.only in r.name):
+            for mode in (m for m in args.modes.split(",") if m in race.modes):
                 catches = [
                     catch
                     for s in range(args.seeds)
@@ -274,9 +319,10 @@ def measure(args: argparse.Namespace, virtual: Any) -> None:
                     f"replays failing at once "
                     f"{median([c.first_run_replays for c in catches])}/{args.replays}"
                 )
-        print("correct boards under controlled scheduling:")
-        for line in false_alarms(args.seeds, args.controls, directory, virtual):
-            print(line)
+        if args.controls:
+            print("correct boards under controlled scheduling:")
+            for line in false_alarms(args.seeds, args.controls, directory, virtual):
+                print(line)
 
 
 if __name__ == "__main__":

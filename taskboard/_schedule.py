@@ -26,11 +26,12 @@ deadlocks: at the race's deadline every participant is let go.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,6 +40,7 @@ __all__ = [
     "STEP_TIMEOUT",
     "RaceScheduler",
     "Turn",
+    "forwarding_yield_points",
     "note_call",
     "note_lock_probe",
     "round_trip",
@@ -93,6 +95,9 @@ class _Participant:
 class _Local(threading.local):
     scheduler: RaceScheduler | None = None
     index = -1
+    #: Where this thread's :func:`yield_point` goes when it is no participant: a process that
+    #: serves a board over the protocol hands it to the checker, which schedules it.
+    forward: Callable[[str], None] | None = None
 
 
 _LOCAL = _Local()
@@ -353,5 +358,24 @@ def yield_point(label: str = "") -> None:
     """Mark a scheduling point in a board: a round trip the checker cannot see by itself (a
     store it does not know, a protocol of your own), or a place where another agent's calls
     may come in between. In a controlled race the calling agent waits here for its turn;
-    anywhere else it returns at once. ``label`` names the point in reports."""
+    anywhere else it returns at once. ``label`` names the point in reports.
+
+    In a process that serves a board over the protocol (``serve``), the point goes to the
+    checker, which schedules it as it schedules its own (see :func:`forwarding_yield_points`).
+    """
+    forward = _LOCAL.forward
+    if forward is not None and _LOCAL.scheduler is None:
+        forward(label)
+        return
     round_trip(f"yield_point({label})" if label else "yield_point()")
+
+
+@contextlib.contextmanager
+def forwarding_yield_points(forward: Callable[[str], None]) -> Iterator[None]:
+    """While in force, this thread's :func:`yield_point` calls ``forward(label)`` instead
+    (a served board's points cross the protocol to the checker's scheduler)."""
+    before, _LOCAL.forward = _LOCAL.forward, forward
+    try:
+        yield
+    finally:
+        _LOCAL.forward = before
