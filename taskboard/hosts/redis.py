@@ -272,19 +272,21 @@ class _Core:
         return SERVER_SCRIPTS if isinstance(self._clock, str) else SCRIPTS
 
     # Each *_args matches its script's ARGV: an injected clock is read here, once, just
-    # before the script runs; with clock="server" the script reads TIME and gets the TTL.
+    # before the script runs (the script runs at the latest instant the store has seen, if
+    # that is later); with clock="server" the script reads TIME. Both get the TTL.
 
     def _claim_args(self, task_id: str, agent: str, request: ClaimRequest) -> list[str]:
         if isinstance(self._clock, str):  # "server"
             return [task_id, agent, _ttl(request.ttl), secrets.token_hex(16)]
         now = _micros(self._clock.now())
-        return [task_id, agent, str(now), _until(now, request.ttl), secrets.token_hex(16)]
+        until = _until(now, request.ttl)
+        return [task_id, agent, str(now), until, secrets.token_hex(16), _ttl(request.ttl)]
 
     def _renew_args(self, task_id: str, token: str, request: ClaimRequest) -> list[str]:
         if isinstance(self._clock, str):  # "server"
             return [task_id, token, _ttl(request.ttl)]
         now = _micros(self._clock.now())
-        return [task_id, token, str(now), _until(now, request.ttl)]
+        return [task_id, token, str(now), _until(now, request.ttl), _ttl(request.ttl)]
 
     def _finish_args(self, task_id: str, token: str, state: State) -> list[str]:
         if isinstance(self._clock, str):  # "server"
@@ -319,7 +321,11 @@ class RedisBoard(_Core):
     Time comes from exactly one place. With a :class:`~taskboard.Clock`, each
     call reads it just before its script and passes ``now`` (and ``until``) as
     integer microseconds since the epoch; the scripts never read Redis
-    ``TIME``. With ``clock="server"``, each claim, renew, release, complete and
+    ``TIME``. Two calls may reach the store in another order than they read the
+    clock, so the store keeps the latest instant a script ran at, and a script
+    given an older one runs at that latest instant: time in the store never
+    goes back (a renew that read the time before a lease's ``until`` cannot
+    revive it after another call has found it expired). With ``clock="server"``, each claim, renew, release, complete and
     fail script reads Redis ``TIME`` itself (microseconds) and computes
     ``until = now + ttl`` exactly, as decimal strings; the board then never
     reads any Python clock, as a store that keeps its own time does, and only
@@ -339,7 +345,8 @@ class RedisBoard(_Core):
     set of every token ever issued, which the claim script checks, so a token
     is never minted twice, for any task, not just unlikely to be. Tokens are
     128 random bits from :mod:`secrets`, drawn anew if already issued; nothing
-    about them derives from the agent or the task.
+    about them derives from the agent or the task. With an injected clock,
+    ``clock`` holds the latest instant a script ran at.
 
     Fences: by default (``fences="counter"``) a claim's fence is one above
     ``issued``, the greatest fence issued for the task. On a server that may lose
