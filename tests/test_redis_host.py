@@ -298,7 +298,8 @@ def test_a_call_that_read_the_time_before_an_expiry_runs_after_it(redis_server_u
     ttl = timedelta(milliseconds=5)
     with RedisBoard([Task("t1")], clock, redis_server_url) as board:
         lease = board.claim("t1", "a1", ClaimRequest(ttl)).lease
-        assert lease is not None and lease.until is not None
+        assert lease is not None
+        assert lease.until is not None
         clock.advance(ttl)
         with pytest.raises(LeaseLostError):
             board.renew("t1", lease.token, ClaimRequest(ttl))
