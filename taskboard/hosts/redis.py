@@ -326,8 +326,8 @@ class RedisBoard(_Core):
     given an older one runs at that latest instant: time in the store never
     goes back (a renew that read the time before a lease's ``until`` cannot
     revive it after another call has found it expired). With ``clock="server"``,
-    each claim, renew, release, complete and fail script reads Redis ``TIME`` itself (microseconds) and computes
-    ``until = now + ttl`` exactly, as decimal strings; the board then never
+    each claim, renew, release, complete and fail script reads Redis ``TIME``
+    itself (microseconds) and computes ``until = now + ttl`` exactly, as decimal strings; the board then never
     reads any Python clock, as a store that keeps its own time does, and only
     a wall-clock test (SPEC section 7) can check it. Either way ``until`` is
     stored exactly, and compared exactly as decimal strings (Lua's numbers are
