@@ -318,22 +318,22 @@ class RedisBoard(_Core):
     script too: a consistent snapshot, sorted by id. The board is thread-safe:
     redis-py's connection pool hands each thread its own connection.
 
-    Time comes from exactly one place. With a :class:`~taskboard.Clock`, each
-    call reads it just before its script and passes ``now`` (and ``until``) as
-    integer microseconds since the epoch; the scripts never read Redis
-    ``TIME``. Two calls may reach the store in another order than they read the
-    clock, so the store keeps the latest instant a script ran at, and a script
-    given an older one runs at that latest instant: time in the store never
-    goes back (a renew that read the time before a lease's ``until`` cannot
-    revive it after another call has found it expired). With ``clock="server"``,
-    each claim, renew, release, complete and fail script reads Redis ``TIME``
-    itself (microseconds) and computes ``until = now + ttl`` exactly, as decimal strings; the board then never
-    reads any Python clock, as a store that keeps its own time does, and only
-    a wall-clock test (SPEC section 7) can check it. Either way ``until`` is
-    stored exactly, and compared exactly as decimal strings (Lua's numbers are
-    doubles), so :attr:`clock_resolution` is one microsecond: the ``until`` a
-    claim or renew returns is exactly the stored one, and ``until - ttl`` is
-    the instant the script ran (with ``"server"``, the server's own clock).
+    Time comes from exactly one place. With a :class:`~taskboard.Clock`, each call
+    reads it just before its script and passes ``now`` (and ``until``) as integer
+    microseconds since the epoch; the scripts never read Redis ``TIME``. Two calls
+    may reach the store in another order than they read the clock, so the store
+    keeps the latest instant a script ran at, and a script given an older one runs
+    at that latest instant: time in the store never goes back (a renew that read the
+    time before a lease's ``until`` cannot revive it after another call has found it
+    expired). With ``clock="server"``, each claim, renew, release, complete and fail
+    script reads Redis ``TIME`` itself (microseconds) and computes ``until = now +
+    ttl`` exactly, as decimal strings; the board then never reads any Python clock,
+    as a store that keeps its own time does, and only a wall-clock test (SPEC
+    section 7) can check it. Either way ``until`` is stored exactly, and compared
+    exactly as decimal strings (Lua's numbers are doubles), so
+    :attr:`clock_resolution` is one microsecond: the ``until`` a claim or renew
+    returns is exactly the stored one, and ``until - ttl`` is the instant the script
+    ran (with ``"server"``, the server's own clock).
 
     Storage (keys ``taskboard:{board_id}:<column>``; the ``{board_id}`` hash tag
     puts a board's keys in one cluster slot): one hash per column, task id to
