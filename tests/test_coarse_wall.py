@@ -85,8 +85,8 @@ def test_blind_clock_steps_stop_sleeping_once_the_wait_budget_is_spent(
 
 
 def test_fuzz_gives_a_coarse_example_fewer_steps(tmp_path: Path) -> None:
-    """taskboard fuzz runs at most 25 steps an example on a coarse unit, unless the machine
-    asks for a number of its own."""
+    """taskboard fuzz runs at most 50 steps an example on a coarse unit (fewer than on a fine
+    one), unless the machine asks for a number of its own."""
     coarse = Target("coarse", machine(timedelta(seconds=1)))
     fine = Target("fine", machine(timedelta(milliseconds=1)))
     options = FuzzOptions(trace_dir=str(tmp_path))

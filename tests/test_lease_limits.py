@@ -6,19 +6,20 @@ task; and the first clause found kept when shrinking moves to another."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from taskboard import ClaimRequest, Clock, State, Task
+from taskboard import ClaimRequest, Clock, Lease, State, Task
 from taskboard._cli import _summary, main
 from taskboard._fuzz import FuzzOptions, fuzz
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.model import ContractViolation, Op
 from taskboard.stateful import LeaseLimits
+from taskboard.stateful._generation import CLAIM_TICKS, RENEW_TICKS, renew_ticks
 from taskboard.stateful._reports import Report, found_clause, with_first_found
 from taskboard.stateful._runstate import separate_run
 from taskboard.stateful._steps.act import held_task
@@ -192,19 +193,37 @@ def test_the_coverage_table_counts_boundary_ttls_of_renews_on_a_live_current_lea
 
 def test_a_holder_action_on_a_task_nobody_holds_acts_on_the_next_held_task() -> None:
     """A holder's renew acts on the drawn task when it is claimed (live or expired), else on
-    the next claimed one in task order, round; with none claimed, on the drawn task."""
+    the next task in task order, round, whose lease is live, else on the next claimed one;
+    with none claimed, on the drawn task."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
     states = {"t1": State.OPEN, "t2": State.DONE, "t3": State.CLAIMED}
+    live = Lease("live", 1, now + S)
+    ended = Lease("ended", 1, now - S)
 
-    def session(**changed: State) -> Any:
+    def session(leases: dict[str, Lease] | None = None, **changed: State) -> Any:
         tasks = {**states, **changed}
-        model = SimpleNamespace(task=lambda task_id: Task(task_id, state=tasks[task_id]))
-        return SimpleNamespace(model=model)
+        held = leases or {}
+        model = SimpleNamespace(
+            task=lambda task_id: Task(task_id, state=tasks[task_id], lease=held.get(task_id))
+        )
+        return SimpleNamespace(model=model, clock=SimpleNamespace(now=lambda: now))
 
     assert held_task(session(), "t1") == "t3"
     assert held_task(session(), "t3") == "t3"
     assert held_task(session(t1=State.CLAIMED), "t2") == "t3"
     assert held_task(session(t3=State.OPEN, t1=State.CLAIMED), "t2") == "t1"
     assert held_task(session(t3=State.FAILED), "t2") == "t2"
+    both = {"t1": live, "t3": ended}
+    assert held_task(session(both, t1=State.CLAIMED), "t2") == "t1"
+    assert held_task(session(both, t1=State.CLAIMED), "t3") == "t3"
+
+
+def test_a_renew_drawn_with_a_claims_ttl_asks_for_no_expiry_as_often_as_the_renew_rule() -> None:
+    """Where one draw of :data:`TTL_TICKS` serves a claim or a renew (``at_expiry``,
+    ``act_with_lease``), the renew asks for what the renew rule draws at the same place:
+    two units become no expiry, every other length stays."""
+    assert [renew_ticks(ticks) for ticks in CLAIM_TICKS] == list(RENEW_TICKS)
+    assert RENEW_TICKS.count(0) == 2 * CLAIM_TICKS.count(0)
 
 
 def _report(clause: str, step: int) -> Report:

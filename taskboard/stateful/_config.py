@@ -77,8 +77,12 @@ COARSE_LONGEST_WAIT = 2
 #: seconds, not minutes, on a whole-second store.
 COARSE_WAIT_BUDGET = 6
 #: On a coarse unit, the most steps ``taskboard fuzz`` gives an example: a shorter example
-#: fits the wait budget, and its failure shrinks in fewer, shorter runs.
-COARSE_STEP_COUNT = 25
+#: fits the wait budget, and its failure shrinks in fewer, shorter runs. At 25, an example
+#: was a quarter of a virtual-mode one (100): per step, wall mode met a ttl-0 renew of a live
+#: current lease as often, but python-redis-lock 3.5.0's ``extend(0)`` took 9 to 106
+#: examples (seeds 1-5) against 3 to 8 at 50, and an example costs less than twice as much
+#: (the clock steps' sleep is budgeted): docs/power.md.
+COARSE_STEP_COUNT = 50
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,13 @@ __all__ = [
     "AT_EXPIRY",
     "BELOW_RESOLUTION",
     "BOOLEANS",
+    "CLAIM_TICKS",
     "GRAPH_PLANS",
     "GRAPH_SHAPES",
     "HOLDERS",
     "NEVER_ISSUED",
     "OUTLIVING_TTL_TICKS",
+    "RENEW_TICKS",
     "RENEW_TTL_TICKS",
     "TASK_IDS",
     "TOKEN_OPS",
@@ -36,6 +38,7 @@ __all__ = [
     "graph_of",
     "grid_start",
     "is_acyclic",
+    "renew_ticks",
 ]
 
 #: Task ids of every generated board. Few, so operations collide on the same task.
@@ -57,13 +60,28 @@ OUTLIVING_TTL_TICKS = 10_000
 BELOW_RESOLUTION = -1
 #: Lease lengths in clock ticks: mostly short, so leases expire within an example; 0 never
 #: expires.
-TTL_TICKS = choice((1, 2, 5, 20, 0, OUTLIVING_TTL_TICKS, BELOW_RESOLUTION))
+CLAIM_TICKS = (1, 2, 5, 20, 0, OUTLIVING_TTL_TICKS, BELOW_RESOLUTION)
+TTL_TICKS = choice(CLAIM_TICKS)
 #: Renewal lengths: as for claims, but "no expiry" twice as often, since a renew to ttl 0
 #: must clear ``until`` (a store that keeps the old one leaves a lease that still expires).
 #: (Three times in eight, with the sub-resolution TTL once, asked for ttl 0 in 22% of the
 #: renews on a live current lease instead of 15%, but caught a dependency mutant,
 #: FailedDepCountsAsDone, in 34 of 40 seeds instead of 36: docs/power.md.)
-RENEW_TTL_TICKS = choice((1, 0, 5, 20, 0, OUTLIVING_TTL_TICKS, BELOW_RESOLUTION))
+RENEW_TICKS = (1, 0, 5, 20, 0, OUTLIVING_TTL_TICKS, BELOW_RESOLUTION)
+RENEW_TTL_TICKS = choice(RENEW_TICKS)
+_AS_RENEW = dict(zip(CLAIM_TICKS, RENEW_TICKS, strict=True))
+
+
+def renew_ticks(ticks: int) -> int:
+    """The TTL a renew asks for where a step drew ``ticks`` from :data:`TTL_TICKS` (one draw
+    serving a claim or a renew: ``at_expiry``, ``act_with_lease``): what the renew rule draws
+    at the same place, so those renews ask for no expiry as often as the rule's. On a coarse
+    wall-clock unit they are half the renews that meet a live current lease (a renew just
+    before its lease's until), and with one ttl 0 in seven they asked for it half as often
+    as the rule's (python-redis-lock's ``extend(0)``, docs/power.md)."""
+    return _AS_RENEW.get(ticks, ticks)
+
+
 #: Either way of a two-way argument, ``False`` first (what a failure shrinks to).
 BOOLEANS = choice((False, True))
 #: Whose token a holder action uses: the task's latest lease's, or the one before it.

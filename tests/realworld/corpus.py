@@ -240,9 +240,26 @@ CORPUS: tuple[Entry, ...] = (
         pins=("redis==3.5.3",),
         redis=True,
         seed=2,
+        pass_examples=15,
+        shrink_budget="30s",
+        # Whole-second leases: minutes in wall mode (about 7 s an example), so deep there;
+        # CI runs it in virtual mode.
+        deep=True,
         virtual_examples=100,
-        # Wall mode reaches a ttl-0 renew of a live lease too rarely at whole-second leases.
-        virtual_only=True,
+    ),
+    Entry(
+        "portalocker-tempfile-stale-release",
+        "tests.realworld.portalocker_tempfile:board",
+        "portalocker",
+        buggy="3.2.0",
+        fixed="4.0.0",
+        seed=2,
+        pass_examples=60,
+        # Its lock never expires: every claim with a TTL is answered unsupported, and the run
+        # learns to ask for leases without expiry only. Wall mode is ~30 s (60 examples to
+        # pass): CI runs it in virtual mode, the deep run in wall mode too.
+        deep=True,
+        virtual_examples=60,
     ),
 )
 

@@ -28,9 +28,9 @@ How the driver asks the library:
 * **until**: the key's ``PEXPIRETIME`` + 1 ms, read right after the claim or renewal by a
   script that checks the key still holds the lock's id.
 
-The store keeps whole seconds (``EX``), so ``clock_resolution`` is 1 s. Only the
-``virtual`` machine is in the corpus (wall mode rarely reaches the bug's sequence at
-whole-second leases); ``board`` needs ``TASKBOARD_REDIS_URL`` (a redis-server 7+).
+The store keeps whole seconds (``EX``), so ``clock_resolution`` is 1 s: the wall-mode
+entry is deep (about 7 s an example), CI runs the ``virtual`` machine. ``board`` needs
+``TASKBOARD_REDIS_URL`` (a redis-server 7+).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from hypothesis.stateful import precondition, rule
 
 from taskboard._contract import State
 from taskboard._operations import BY_OP
-from taskboard.model import Call, Op
+from taskboard.model import Call, Op, is_live
 from taskboard.stateful._fields import Reader, read_count
 from taskboard.stateful._generation import (
     HOLDERS,
@@ -25,6 +25,7 @@ from taskboard.stateful._generation import (
     TTL_TICKS,
     WRONG_TOKENS,
     LeaseRef,
+    renew_ticks,
 )
 from taskboard.stateful._hypothesis import choice
 from taskboard.stateful._steps._base import (
@@ -50,22 +51,29 @@ PROGRAM_ACTIONS = ("complete", "renew", "complete", "release", "fail")
 
 
 def held_task(session: Runner, task: str) -> str:
-    """``task`` when it is claimed (its lease live or expired), else the next task after it
-    (in :data:`TASK_IDS`, round) that is, else ``task``: the task a holder's renew acts on.
+    """``task`` when it is claimed (its lease live or expired); else the next task after it
+    (in :data:`TASK_IDS`, round) whose lease is live, else the next that is claimed at all,
+    else ``task``: the task a holder's renew acts on.
 
     A renew of a task nobody holds (never claimed, released, done, blocked) meets no lease
     at all, and with three tasks, their dependencies and tasks done for good that was most
     renews: one in eight met a live lease with its own token on a whole-second store, so a
-    renew with ttl 0 seldom did (python-redis-lock's ``extend(0)``). Renews with tokens no
-    lease holds are what ``act_with_wrong_token`` and ``act_with_lease`` draw. Release,
-    complete and fail keep their drawn task: acting on a held one more often ends leases
-    sooner, and fewer are then live when a renew or an expiry comes."""
+    renew with ttl 0 seldom did (python-redis-lock's ``extend(0)``). On a coarse wall-clock
+    unit leases last a unit or two of real sleep, and a held task's lease had often ended:
+    a live one is preferred there. Renews with tokens no lease holds are what
+    ``act_with_wrong_token`` and ``act_with_lease`` draw. Release, complete and fail keep
+    their drawn task: acting on a held one more often ends leases sooner, and fewer are
+    then live when a renew or an expiry comes."""
     start = TASK_IDS.index(task) if task in TASK_IDS else 0
+    now = session.clock.now()
+    claimed = []
     for candidate in TASK_IDS[start:] + TASK_IDS[:start]:
         held = session.model.task(candidate)
         if held is not None and held.state is State.CLAIMED:
-            return candidate
-    return task
+            if candidate == task or is_live(held.lease, now):
+                return candidate
+            claimed.append(candidate)
+    return claimed[0] if claimed else task
 
 
 def act_as_holder(session: Runner, op: Op, task: str, holder: str, ttl_ticks: int = 0) -> None:
@@ -107,7 +115,8 @@ def act_with_lease(self: Machine, op: str, lease: LeaseRef, ttl_ticks: int) -> N
     """Act on a lease's task with its token: often a stale holder acting late."""
     session = self._session
     if session.supports(op):
-        ttl = session.config.lease_ttl(ttl_ticks)
+        ticks = renew_ticks(ttl_ticks) if op == Op.RENEW else ttl_ticks
+        ttl = session.config.lease_ttl(ticks)
         session.perform(Call(Op(op), lease.task_id, token=lease.token, ttl=ttl))
 
 

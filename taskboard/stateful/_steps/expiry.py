@@ -16,7 +16,14 @@ from hypothesis.stateful import precondition, rule
 from taskboard._contract import State
 from taskboard.model import Call, Op, format_duration
 from taskboard.stateful._fields import Reader, read_count
-from taskboard.stateful._generation import AGENTS, AT_EXPIRY, BOOLEANS, TASK_IDS, TTL_TICKS
+from taskboard.stateful._generation import (
+    AGENTS,
+    AT_EXPIRY,
+    BOOLEANS,
+    TASK_IDS,
+    TTL_TICKS,
+    renew_ticks,
+)
 from taskboard.stateful._hypothesis import choice
 from taskboard.stateful._steps._base import (
     LEASES,
@@ -129,7 +136,8 @@ def at_expiry(self: Machine, which: int, early: bool, then: str, agent: str, ttl
     if then == "claim":
         return claim_lease(session, task_id, agent, ttl_ticks)
     if then != "nothing" and session.supports(then):
-        ttl = session.config.lease_ttl(ttl_ticks)
+        ticks = renew_ticks(ttl_ticks) if then == "renew" else ttl_ticks
+        ttl = session.config.lease_ttl(ticks)
         session.perform(Call(Op(then), task_id, token=token, ttl=ttl))
     return made
 
