@@ -2,17 +2,20 @@
 
 For each race mutant (taskboard.hosts.race_mutants; with TASKBOARD_POSTGRES_URL set, also
 taskboard.hosts.postgres_race_mutants, on the wall clock) and each seed, the parallel mode
-runs twice: with ``race_scheduling = "os"`` (threads as the operating system runs
-them) and ``"controlled"`` (one thread at a time at the storage round trips, as drawn). It
-prints, per mode, how many seeds caught the race, the median programs (Hypothesis examples)
-and seconds to the first violation, the size of the shrunk program (threads, calls), and how
-many of ``--replays`` replays of its trace fail on their first run of the program.
+runs once per exploration of ``--exploration``: ``os`` (``race_scheduling = "os"``,
+threads as the operating system runs them), ``random`` (``"controlled"``, one thread at a
+time at the storage round trips, a drawn choice at each) and ``pctD`` (controlled, with
+``race_exploration = "pct"`` and ``pct_depth = D``). It prints, per exploration, how many
+seeds caught the race, the median programs (Hypothesis examples) and seconds to the first
+violation, the size of the shrunk program (threads, calls), and how many of ``--replays``
+replays of its trace fail on their first run of the program.
 
 Then each correct reference host (SQLiteBoard; RedisBoard when TASKBOARD_REDIS_URL is set;
 PostgresBoard on its server's clock, on the wall clock, when TASKBOARD_POSTGRES_URL is)
 runs ``--max-examples`` controlled programs per seed: the false alarms must be zero.
 
     python benchmarks/bench_races.py [--seeds 5] [--max-examples 200] [--replays 10] [--only NAME]
+        [--exploration os,random,pct1,pct2,pct3] [--controls 100]
 """
 
 from __future__ import annotations
@@ -45,7 +48,20 @@ from taskboard.stateful import (
 )
 from taskboard.stateful._steps import ParallelProgram
 
-MODES = ("os", "controlled")
+#: The explorations ``--exploration`` takes by default.
+MODES = ("os", "random")
+
+
+def mode_settings(mode: str) -> dict[str, Any]:
+    """The machine settings of an exploration: ``os``, ``random`` or ``pct1`` ... ``pct9``."""
+    if mode == "os":
+        return {"race_scheduling": "os"}
+    if mode == "random":
+        return {"race_scheduling": "controlled", "race_exploration": "random"}
+    if mode.startswith("pct") and mode[3:].isdigit():
+        depth = int(mode[3:])
+        return {"race_scheduling": "controlled", "race_exploration": "pct", "pct_depth": depth}
+    raise SystemExit(f"--exploration: unknown {mode!r} (os, random, pct1, pct2, ...)")
 
 
 @dataclass
@@ -102,7 +118,7 @@ def run(
     """One seed of one mode: the catch, or None when the race was not caught."""
     factory = race.factory(directory / f"{race.name}-{mode}-{run_seed}")
     machine = BoardMachine.for_board(
-        factory, race_scheduling=mode, trace_target="", **race.attributes
+        factory, trace_target="", **mode_settings(mode), **race.attributes
     )
     programs: list[ParallelProgram] = []
     first: list[tuple[int, float]] = []
@@ -155,7 +171,7 @@ def median(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.3g}" if values else "-"
 
 
-def false_alarms(seeds: int, max_examples: int, directory: Path) -> list[str]:
+def false_alarms(seeds: int, max_examples: int, directory: Path, mode: str) -> list[str]:
     """Each correct reference host under control: one line each, with its false alarms."""
     hosts: list[tuple[str, Any]] = [("SQLiteBoard", files(SQLiteBoard, directory / "ok"))]
     url = os.environ.get("TASKBOARD_REDIS_URL")
@@ -176,7 +192,7 @@ def false_alarms(seeds: int, max_examples: int, directory: Path) -> list[str]:
         alarms, started = 0, time.perf_counter()
         wall: dict[str, Any] = {"clock_mode": "wall"} if name.startswith("PostgresBoard") else {}
         for run_seed in range(seeds):
-            machine = BoardMachine.for_board(factory, race_scheduling="controlled", **wall)
+            machine = BoardMachine.for_board(factory, **mode_settings(mode), **wall)
             try:
                 run_parallel_state_machine(
                     seed(run_seed)(machine),
@@ -187,7 +203,7 @@ def false_alarms(seeds: int, max_examples: int, directory: Path) -> list[str]:
         seconds = time.perf_counter() - started
         lines.append(
             f"  {name}: {alarms} false alarms in {seeds} x {max_examples} controlled programs "
-            f"({seconds:.1f} s)"
+            f"({mode}, {seconds:.1f} s)"
         )
     return lines
 
@@ -199,7 +215,15 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=10)
     parser.add_argument("--controls", type=int, default=100, help="programs per correct host")
     parser.add_argument("--only", default="", help="measure only the races whose name has this")
+    parser.add_argument(
+        "--exploration",
+        default=",".join(MODES),
+        help="the explorations to compare, comma-separated: os, random, pct1, pct2, pct3, ...",
+    )
     args = parser.parse_args()
+    modes = [mode.strip() for mode in args.exploration.split(",") if mode.strip()]
+    for mode in modes:
+        mode_settings(mode)  # an unknown one stops the run before it starts
     with tempfile.TemporaryDirectory(prefix="taskboard-races-") as temp:
         directory = Path(temp)
         print(
@@ -208,7 +232,7 @@ def main() -> None:
             f"{args.replays}"
         )
         for race in (r for r in races() if args.only in r.name):
-            for mode in MODES:
+            for mode in modes:
                 catches = [
                     catch
                     for s in range(args.seeds)
@@ -223,9 +247,11 @@ def main() -> None:
                     f"replays failing at once "
                     f"{median([c.first_run_replays for c in catches])}/{args.replays}"
                 )
-        print("correct boards under controlled scheduling:")
-        for line in false_alarms(args.seeds, args.controls, directory):
-            print(line)
+        if args.controls:
+            print("correct boards under controlled scheduling:")
+            for mode in (m for m in modes if m != "os"):
+                for line in false_alarms(args.seeds, args.controls, directory, mode):
+                    print(line)
 
 
 if __name__ == "__main__":

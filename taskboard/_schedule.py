@@ -36,6 +36,7 @@ from typing import Literal
 
 __all__ = [
     "STEP_TIMEOUT",
+    "Priorities",
     "RaceScheduler",
     "Turn",
     "note_call",
@@ -53,6 +54,12 @@ PROBE_INTERVAL = 0.002
 
 #: What a participant's first turn is labelled: it leaves the start line.
 START = "start"
+#: What a PCT change point is drawn as: a fraction of the expected turns, in thousandths.
+CHANGE_POINT_SCALE = 1000
+#: Under PCT, turns one participant may take in a row while another could go on, before it
+#: drops below every other: a participant that spins on a lock a lower one holds would
+#: otherwise starve it until the race's deadline.
+MOST_TURNS_IN_A_ROW = 16
 
 _State = Literal["new", "waiting", "running", "blocked", "free", "done"]
 
@@ -69,6 +76,52 @@ class Turn:
     again: bool = False
     #: ... and this time it gave up on it, as its busy timeout would have.
     gave_up: bool = False
+
+
+@dataclass(frozen=True)
+class Priorities:
+    """A PCT schedule (probabilistic concurrency testing): drawn priorities and change points.
+
+    Participant ``i`` starts with the priority ``len(ranks) - ranks[i]`` (``ranks`` from 0,
+    distinct: rank 0 is the highest), and at each point the highest-priority participant
+    that may go on goes on. Before each turn a change point names, the participant that
+    ran last drops below every other (below those dropped before it, too). A change point
+    ``c`` (of :data:`CHANGE_POINT_SCALE`) names choice ``1 + c * expected_turns // SCALE``.
+    With ``d - 1`` change points drawn at random among ``k`` turns, PCT finds a bug of depth
+    ``d`` among ``n`` participants with probability at least ``1 / (n * k ** (d - 1))``.
+    Turns count only choices here (points where more than one participant may go on), so
+    ``expected_turns`` is the choices expected.
+    """
+
+    ranks: tuple[int, ...]
+    change_points: tuple[int, ...]
+    #: How many turns the race is expected to take: where the change points fall.
+    expected_turns: int
+
+    def turns(self) -> tuple[int, ...]:
+        """The choices (from 0) before which a change point drops the last participant."""
+        span = max(self.expected_turns, 1)
+        return tuple(sorted(1 + c * span // CHANGE_POINT_SCALE for c in self.change_points))
+
+    def varied(self, variant: int) -> Priorities:
+        """Another PCT schedule of the same shape, for ``variant`` (from 1): the ranks
+        permuted and the change points shifted by a fixed pseudo-random sequence of its own."""
+        rng = random.Random(variant)
+        shuffle = list(range(len(self.ranks)))
+        rng.shuffle(shuffle)
+        moved = tuple(
+            (change + rng.randrange(CHANGE_POINT_SCALE)) % CHANGE_POINT_SCALE
+            for change in self.change_points
+        )
+        return Priorities(tuple(shuffle[rank] for rank in self.ranks), moved, self.expected_turns)
+
+    def describe(self) -> str:
+        """In words, for reports and trace files."""
+        turns = ", ".join(map(str, self.turns())) or "none"
+        return (
+            f"pct depth {len(self.change_points) + 1}: ranks {list(self.ranks)}, "
+            f"change points before choices {turns} (of {self.expected_turns} expected)"
+        )
 
 
 class _Participant:
@@ -110,6 +163,10 @@ class RaceScheduler:
     its own, so that one drawn schedule gives several distinct interleavings; 0 adds none.
     :attr:`realized` is what was picked at each choice, as a schedule that gives the same
     interleaving with no variant.
+
+    ``pct``, if given, picks instead of ``choices``: the highest-priority participant that
+    may go on (see :class:`Priorities`; a ``variant`` then varies the priorities). The picks
+    are recorded in :attr:`realized` all the same, so a replay needs only them.
     """
 
     def __init__(
@@ -119,8 +176,21 @@ class RaceScheduler:
         step_timeout: float = STEP_TIMEOUT,
         variant: int = 0,
         crossing: tuple[int, Callable[[], None]] | None = None,
+        pct: Priorities | None = None,
     ) -> None:
         self.choices = tuple(choices)
+        if pct is not None and variant:
+            pct = pct.varied(variant)
+        #: The PCT schedule this race runs (varied), if any.
+        self.pct = pct
+        ranks = () if pct is None else pct.ranks
+        # Participants past the ranks drawn (none, in a drawn program) come after the rest.
+        self._priority = [len(ranks) - rank for rank in ranks[:participants]] + [
+            -extra for extra in range(participants - len(ranks))
+        ]
+        self._lowest = min(self._priority, default=0)
+        self._changes = [] if pct is None else list(pct.turns())
+        self._in_a_row = 0
         self._crossing = crossing
         self._variation = random.Random(variant) if variant else None
         #: The position picked at each choice: the schedule that repeats this interleaving.
@@ -274,6 +344,8 @@ class RaceScheduler:
     def _choose(self, ready: Sequence[int]) -> int:
         count = len(self._participants)
         ordered = sorted(ready, key=lambda i: (i - self._last - 1) % count)
+        if self.pct is not None:
+            return self._choose_by_priority(ordered)
         if len(ordered) == 1:
             return ordered[0]
         choice = 0
@@ -284,6 +356,32 @@ class RaceScheduler:
         self.choices_read += 1
         self.realized.append(choice % len(ordered))
         return ordered[self.realized[-1]]
+
+    def _choose_by_priority(self, ordered: Sequence[int]) -> int:
+        """PCT: the highest-priority participant of ``ordered``, after the change points due."""
+        if len(ordered) > 1:
+            # Change points count choices: a turn only one participant may take is no choice.
+            while self._changes and self._changes[0] <= self.choices_read:
+                self._changes.pop(0)
+                self._drop(self._last)
+            if self._in_a_row >= MOST_TURNS_IN_A_ROW:
+                self._drop(self._last)  # it may spin on a lock a lower one holds
+        chosen = max(ordered, key=lambda i: self._priority[i])
+        if chosen != self._last:
+            self._in_a_row = 1
+        elif len(ordered) > 1:
+            self._in_a_row += 1
+        if len(ordered) > 1:
+            self.choices_read += 1
+            self.realized.append(ordered.index(chosen))
+        return chosen
+
+    def _drop(self, index: int) -> None:
+        """Participant ``index`` (none, if -1) drops below every other."""
+        if index >= 0:
+            self._lowest -= 1
+            self._priority[index] = self._lowest
+            self._in_a_row = 0
 
     def _cross(self) -> None:
         """Make the clock's move, once, if the turn it comes before is next."""

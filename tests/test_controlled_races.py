@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, given, settings
 
 from taskboard import Clock, Task
 from taskboard.hosts.memory import MemoryBoard
@@ -33,11 +33,14 @@ from taskboard.stateful import (
     trace_to_json,
     violations_in,
 )
+from taskboard.stateful._config import MachineConfig
 from taskboard.stateful._generation import TASK_IDS
-from taskboard.stateful._parallel import run_program
+from taskboard.stateful._parallel import MOST_THREADS, programs, run_program
 from taskboard.stateful._steps import ClaimStep, ParallelProgram
 
 CONTROLLED = {"race_scheduling": "controlled"}
+#: Generation only: a test that needs the first failure, not the shrunk one.
+GENERATE = [Phase.generate]
 
 
 def quick(examples: int) -> settings:
@@ -151,6 +154,48 @@ def test_a_variant_records_the_schedule_that_repeats_it(tmp_path: Path) -> None:
     for _ in range(5):
         with pytest.raises(ContractViolation):
             run_program(machine, recorded, record=False)
+
+
+def test_pct_catches_the_race_and_its_trace_replays_the_picks_exactly(tmp_path: Path) -> None:
+    """Under PCT the read-outside-transaction claim is caught; the report and the trace say
+    which priorities found it, and the trace's recorded picks fail on every replay."""
+    pct = {**CONTROLLED, "race_exploration": "pct", "pct_depth": 2}
+    machine = on_files(ReadOutsideTransactionClaim, tmp_path, **pct)
+    with pytest.raises(ContractViolation) as caught:
+        run_parallel_state_machine(machine, settings=settings(quick(30), phases=GENERATE))
+    violation = violations_in(caught.value)[0]
+    assert "(found by pct depth 2: ranks [" in str(violation)
+    recording = violation.recording
+    assert recording is not None
+    program = parse_trace(trace_to_json(recording)).program
+    assert program is not None
+    assert program.pct is None
+    assert program.explored.startswith("pct depth 2")
+    assert program.schedule is not None
+    for _ in range(3):
+        with pytest.raises(ContractViolation):
+            run_program(machine, program, record=False)
+
+
+@given(programs(controlled=True, exploration="pct", depth=3))
+@settings(max_examples=20, derandomize=True, database=None)
+def test_pct_programs_draw_ranks_and_one_change_point_fewer_than_the_depth(
+    program: ParallelProgram,
+) -> None:
+    """A PCT program draws a permutation of ranks and depth - 1 change points, and its
+    schedule of choices is empty: PCT picks instead."""
+    assert program.pct is not None
+    assert sorted(program.pct.ranks) == list(range(MOST_THREADS))
+    assert len(program.pct.change_points) == 2
+    assert program.schedule == ()
+
+
+@pytest.mark.parametrize("depth", [0, 11, 2.5, True])
+def test_a_pct_depth_out_of_range_is_refused(depth: object) -> None:
+    """pct_depth takes a whole number from 1 to 10; anything else is a TypeError naming it."""
+    machine = BoardMachine.for_board(MemoryBoard, race_exploration="pct", pct_depth=depth)
+    with pytest.raises(TypeError, match="pct_depth must be a whole number from 1 to 10"):
+        MachineConfig.of(machine)
 
 
 def test_a_correct_sqlite_board_gives_no_false_alarm_under_control(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from taskboard._contract import Board, Task
 from taskboard._driver import CallTimeoutError, is_async_board
 from taskboard._race import Lane, MakeCall, Preset, address_of, race_on_threads, worker_pool
-from taskboard._schedule import RaceScheduler, Turn
+from taskboard._schedule import CHANGE_POINT_SCALE, Priorities, RaceScheduler, Turn
 from taskboard.model import (
     Call,
     ContractViolation,
@@ -90,6 +90,10 @@ THREAD_TIMEOUT = 30.0
 MOST_THREADS = 4
 #: The most choices a controlled program's schedule draws; past them the threads take turns.
 MOST_CHOICES = 64
+#: How many choices among racing threads each call is expected to give (about one per
+#: statement or command: four, on the SQLite race mutants), for where PCT's change points
+#: fall.
+EXPECTED_POINTS_PER_CALL = 4
 
 
 def _steps(*, in_prefix: bool, nemesis: tuple[str, ...] = ()) -> st.SearchStrategy[ProgramStep]:
@@ -99,21 +103,40 @@ def _steps(*, in_prefix: bool, nemesis: tuple[str, ...] = ()) -> st.SearchStrate
 
 
 def programs(
-    nemesis: tuple[str, ...] = (), *, controlled: bool = False
+    nemesis: tuple[str, ...] = (),
+    *,
+    controlled: bool = False,
+    exploration: str = "random",
+    depth: int = 2,
 ) -> st.SearchStrategy[ParallelProgram]:
     """Programs: a prefix of up to 6 steps, then 2 to 4 threads of 1 to 4 operations each;
     one in four is an :func:`expiry race <expiry_races>`. ``nemesis`` names the nemesis
     steps (SPEC 9) the prefix may hold besides calls and clock moves. ``controlled``: each
-    program also has a drawn schedule for its threads (:data:`MOST_CHOICES` choices)."""
+    program also has a drawn schedule for its threads: with ``exploration`` ``"random"``,
+    :data:`MOST_CHOICES` choices; with ``"pct"``, PCT's priorities and ``depth - 1`` change
+    points (see :class:`~taskboard._schedule.Priorities`)."""
     drawn = _programs(nemesis)
     if not controlled:
         return drawn
+    if exploration == "pct":
+        ranks = st.permutations(range(MOST_THREADS)).map(tuple)
+        points = st.integers(0, CHANGE_POINT_SCALE - 1)
+        changes = st.lists(points, min_size=depth - 1, max_size=depth - 1).map(tuple)
+        return st.builds(_prioritized, drawn, ranks, changes)
     choices = st.lists(st.integers(0, MOST_THREADS - 1), max_size=MOST_CHOICES).map(tuple)
     return st.builds(_scheduled, drawn, choices)
 
 
 def _scheduled(program: ParallelProgram, choices: tuple[int, ...]) -> ParallelProgram:
     return dataclasses.replace(program, schedule=choices)
+
+
+def _prioritized(
+    program: ParallelProgram, ranks: tuple[int, ...], changes: tuple[int, ...]
+) -> ParallelProgram:
+    calls = sum(len(steps) for steps in program.threads)
+    expected = EXPECTED_POINTS_PER_CALL * calls
+    return dataclasses.replace(program, schedule=(), pct=Priorities(ranks, changes, expected))
 
 
 def _programs(nemesis: tuple[str, ...]) -> st.SearchStrategy[ParallelProgram]:
@@ -205,7 +228,13 @@ def run_parallel_state_machine(
     key_database_by(run, database_key(machine_cls))
     config = MachineConfig.of(machine_cls)
     controlled = config.race_scheduling == "controlled" and not config.processes
-    test = given(programs(config.nemesis, controlled=controlled))(run)
+    drawn = programs(
+        config.nemesis,
+        controlled=controlled,
+        exploration=config.race_exploration,
+        depth=config.pct_depth,
+    )
+    test = given(drawn)(run)
     test = carry_seed_and_reproduction(machine_cls, test)
     # An example is three whole runs with threads: no per-example deadline applies.
     test = without_explain(type_settings(settings or type_settings(), deadline=None))(test)
@@ -241,7 +270,10 @@ def run_program(
         history, snapshot, scheduler = _run_threads(session, program, variant, crossing)
         turns = tuple(scheduler.turns) if scheduler else ()
         if scheduler:
-            program = dataclasses.replace(program, schedule=tuple(scheduler.realized))
+            explored = scheduler.pct.describe() if scheduler.pct else ""
+            program = dataclasses.replace(
+                program, schedule=tuple(scheduler.realized), pct=None, explored=explored
+            )
         session.concurrent_calls.update(
             (op.call.op.value, "ambiguous" if op.outcome is None else op.outcome.error or "ok")
             for op in history
@@ -348,7 +380,9 @@ def _run_threads(
         crossed = None
         if crossing is not None:
             crossed = (crossing[0], functools.partial(session.clock_to, crossing[1]))
-        scheduler = RaceScheduler(len(makers), program.schedule, variant=variant, crossing=crossed)
+        scheduler = RaceScheduler(
+            len(makers), program.schedule, variant=variant, crossing=crossed, pct=program.pct
+        )
     elif landing is not None:
         session.clock_to(landing)  # no control after all: land as the threads mode does
     history, snapshot = _race_threads(session, makers, scheduler)
@@ -517,6 +551,8 @@ def _report(
             span = f"[{micros_text(op.invoked - start)}..{micros_text(op.returned - start)}]"
             lines.append(f"   {mark} #{op.id} {span:<24} {_describe(op, session)}")
     lines += _interleaving(history, turns, clients)
+    if turns and program.explored:
+        lines.append(f"  (found by {program.explored})")
     lines += ["", "sequential prefix:"]
     lines += [f"  {step}" for step in program.prefix] or ["  (none)"]
     verdict = Verdict(None, *LINEARIZABILITY, "\n".join(lines))
