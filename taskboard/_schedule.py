@@ -26,11 +26,14 @@ deadlocks: at the race's deadline every participant is let go.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,6 +42,8 @@ __all__ = [
     "Priorities",
     "RaceScheduler",
     "Turn",
+    "async_round_trip",
+    "async_yield_point",
     "note_call",
     "note_lock_probe",
     "round_trip",
@@ -136,6 +141,8 @@ class _Participant:
         self.give_up = False
         #: Asks the store whether the round trip under way waits on another's lock.
         self.lock_probe: Callable[[], bool] | None = None
+        #: Resumes its coroutine, waiting at a point on an event loop (from any thread).
+        self.wake: Callable[[], None] | None = None
 
 
 class _Local(threading.local):
@@ -144,6 +151,9 @@ class _Local(threading.local):
 
 
 _LOCAL = _Local()
+#: The race and participant of a participant's thread, and so of each coroutine it runs on
+#: an event loop: a task copies the context of the thread that submits it.
+_CONTEXT: ContextVar[tuple[RaceScheduler, int] | None] = ContextVar("taskboard_race", default=None)
 
 
 class RaceScheduler:
@@ -217,12 +227,14 @@ class RaceScheduler:
     def enter(self, index: int) -> None:
         """Make this thread participant ``index``, and wait at the start for its first turn."""
         _LOCAL.scheduler, _LOCAL.index = self, index
+        _CONTEXT.set((self, index))
         self._arrive(index, START, busy=False)
 
     def leave(self) -> None:
         """This thread's participant is done (finished or crashed)."""
         index = _LOCAL.index
         _LOCAL.scheduler, _LOCAL.index = None, -1
+        _CONTEXT.set(None)
         with self._condition:
             self._participants[index].state = "done"
             self._progress()
@@ -231,24 +243,54 @@ class RaceScheduler:
     def _arrive(self, index: int, point: str, *, busy: bool) -> bool:
         """Stop at ``point`` until it is this participant's turn; False: give up instead."""
         with self._condition:
-            me = self._participants[index]
-            if point != START:
-                self.points_seen += 1
-            if busy:
-                if me.busy_since is None:
-                    me.busy_since = len(self.turns)
-            else:
-                self._progress()
-            me.state, me.point, me.again = "waiting", point, busy
-            me.lock_probe = None
-            self._condition.notify_all()
+            self._stop(index, point, busy=busy)
             while not self._released and self._granted != index:
                 self._condition.wait()
-            if self._granted == index:
-                self._granted = -1
-            me.state = "running"
-            give_up, me.give_up = me.give_up, False
-            return not give_up
+            return self._go_on(index)
+
+    async def _arrive_async(self, index: int, point: str) -> None:
+        """In a participant's coroutine on an event loop: stop at ``point`` until it is this
+        participant's turn, awaiting it (the loop goes on running other tasks)."""
+        loop = asyncio.get_running_loop()
+        turn = loop.create_future()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(_resolve, turn)
+
+        with self._condition:
+            self._stop(index, point, busy=False)
+            if self._released or self._granted == index:
+                self._go_on(index)
+                return
+            self._participants[index].wake = wake
+        await turn
+        with self._condition:
+            self._go_on(index)
+
+    def _stop(self, index: int, point: str, *, busy: bool) -> None:
+        """Participant ``index`` waits at ``point``, with the condition held."""
+        me = self._participants[index]
+        if point != START:
+            self.points_seen += 1
+        if busy:
+            if me.busy_since is None:
+                me.busy_since = len(self.turns)
+        else:
+            self._progress()
+        me.state, me.point, me.again = "waiting", point, busy
+        me.lock_probe = None
+        self._condition.notify_all()
+
+    def _go_on(self, index: int) -> bool:
+        """Participant ``index`` goes on from its point, with the condition held; False:
+        it must give up on its round trip instead."""
+        me = self._participants[index]
+        if self._granted == index:
+            self._granted = -1
+        me.state, me.wake = "running", None
+        give_up, me.give_up = me.give_up, False
+        return not give_up
 
     def _progress(self) -> None:
         """Someone got on: every participant that found its store busy may try again."""
@@ -266,6 +308,9 @@ class RaceScheduler:
             finally:
                 self._released = True
                 self._condition.notify_all()
+                for participant in self._participants:
+                    if participant.wake is not None:
+                        participant.wake()
 
     def _wait(self, until: float, ready: Callable[[], bool]) -> bool:
         """Wait for ``ready()`` until the monotonic time ``until``."""
@@ -397,6 +442,8 @@ class RaceScheduler:
         self._granted = self._last = index
         participant.state = "running"
         self._condition.notify_all()
+        if participant.wake is not None:
+            participant.wake()
 
 
 def under_control() -> bool:
@@ -435,6 +482,27 @@ def note_lock_probe(probe: Callable[[], bool] | None) -> None:
         with scheduler._condition:
             scheduler._participants[_LOCAL.index].lock_probe = probe
             scheduler._condition.notify_all()
+
+
+async def async_round_trip(point: str) -> None:
+    """A scheduling point in a coroutine: in a controlled race's participant (a coroutine a
+    participant's thread runs on an event loop), await its turn to make the round trip
+    ``point``; elsewhere return at once."""
+    current = _CONTEXT.get()
+    if current is not None and not current[0]._released:
+        await current[0]._arrive_async(current[1], point)
+
+
+def _resolve(turn: asyncio.Future[None]) -> None:
+    if not turn.done():
+        turn.set_result(None)
+
+
+async def async_yield_point(label: str = "") -> None:
+    """:func:`yield_point` for an async board: ``await async_yield_point("label")``. In a
+    controlled race the calling coroutine awaits its turn here; anywhere else it returns at
+    once."""
+    await async_round_trip(f"yield_point({label})" if label else "yield_point()")
 
 
 def yield_point(label: str = "") -> None:

@@ -20,7 +20,7 @@ from taskboard import Clock, Task
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.postgres import PostgresBoard
 from taskboard.hosts.race_mutants import RACE_MUTANTS, ReadOutsideTransactionClaim
-from taskboard.hosts.redis import RedisBoard
+from taskboard.hosts.redis import AsyncRedisBoard, RedisBoard
 from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.stateful import (
     BoardMachine,
@@ -37,6 +37,7 @@ from taskboard.stateful._config import MachineConfig
 from taskboard.stateful._generation import TASK_IDS
 from taskboard.stateful._parallel import MOST_THREADS, programs, run_program
 from taskboard.stateful._steps import ClaimStep, ParallelProgram
+from tests.async_hosts import AsyncDictBoard
 
 CONTROLLED = {"race_scheduling": "controlled"}
 #: Generation only: a test that needs the first failure, not the shrunk one.
@@ -106,6 +107,33 @@ def test_a_board_with_no_point_races_on_threads_as_before() -> None:
     machine = BoardMachine.for_board(MemoryBoard, **CONTROLLED)
     assert run_program(machine, TWO_CLAIMS, record=False) is False
     run_parallel_state_machine(machine, settings=quick(10))
+
+
+def racy_async_claims(tasks: list[Task], clock: Clock) -> AsyncDictBoard:
+    """An async board whose claim reads, awaits a yield point, then writes, unlocked."""
+    return AsyncDictBoard(tasks, clock, atomic_claim=False, points=True)
+
+
+def locked_async_claims(tasks: list[Task], clock: Clock) -> AsyncDictBoard:
+    """The same board with its claim under an asyncio.Lock, held across the point."""
+    return AsyncDictBoard(tasks, clock, points=True)
+
+
+def test_an_async_boards_coroutines_take_turns_at_their_points() -> None:
+    """Two claims on an async board, each a coroutine on the driver's loop, take turns at
+    the await between read and write: both win, on every run; the report names the point."""
+    machine = BoardMachine.for_board(racy_async_claims, **CONTROLLED)
+    for _ in range(5):
+        with pytest.raises(ContractViolation) as caught:
+            run_program(machine, TWO_CLAIMS, record=False)
+    assert ": yield_point(claim: write)" in str(violations_in(caught.value)[0])
+
+
+def test_an_async_lock_held_across_a_point_neither_deadlocks_nor_false_alarms() -> None:
+    """The claim that waits on the asyncio.Lock the other holds at its point runs free after
+    the step timeout; the holder then goes on: no violation, no hang."""
+    machine = BoardMachine.for_board(locked_async_claims, **CONTROLLED)
+    assert run_program(machine, TWO_CLAIMS, record=False) is True
 
 
 def test_a_program_schedule_travels_through_trace_files(tmp_path: Path) -> None:
@@ -239,6 +267,18 @@ def redis_boards(redis_server_url: str) -> type[BoardMachine]:
         return RedisBoard(tasks, clock, redis_server_url)  # a board id of its own, deleted
 
     return BoardMachine.for_board(factory, **CONTROLLED)
+
+
+def test_redis_asyncio_commands_are_points_and_give_no_false_alarm(redis_server_url: str) -> None:
+    """AsyncRedisBoard's redis.asyncio commands are scheduling points: its coroutines take
+    turns at them, and a few controlled programs find no violation."""
+
+    def factory(tasks: list[Task], clock: Clock) -> AsyncRedisBoard:
+        return AsyncRedisBoard(tasks, clock, redis_server_url)
+
+    machine = BoardMachine.for_board(factory, **CONTROLLED)
+    assert run_program(machine, TWO_CLAIMS, record=False) is True
+    run_parallel_state_machine(machine, settings=quick(5))
 
 
 @pytest.mark.slow

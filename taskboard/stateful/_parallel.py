@@ -29,7 +29,7 @@ from hypothesis import settings as type_settings
 from hypothesis import strategies as st
 
 from taskboard._contract import Board, Task
-from taskboard._driver import CallTimeoutError, is_async_board
+from taskboard._driver import CallTimeoutError
 from taskboard._race import Lane, MakeCall, Preset, address_of, race_on_threads, worker_pool
 from taskboard._schedule import CHANGE_POINT_SCALE, Priorities, RaceScheduler, Turn
 from taskboard.model import (
@@ -376,7 +376,7 @@ def _run_threads(
     ]
     scheduler = None
     landing, session.deferred_landing = session.deferred_landing, None
-    if program.schedule is not None and not is_async_board(session.made_board):
+    if program.schedule is not None:
         crossed = None
         if crossing is not None:
             crossed = (crossing[0], functools.partial(session.clock_to, crossing[1]))
