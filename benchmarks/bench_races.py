@@ -173,7 +173,7 @@ def median(values: Sequence[float]) -> str:
 
 def false_alarms(seeds: int, max_examples: int, directory: Path, mode: str) -> list[str]:
     """Each correct reference host under control: one line each, with its false alarms."""
-    hosts: list[tuple[str, Any]] = [("SQLiteBoard", files(SQLiteBoard, directory / "ok"))]
+    hosts: list[tuple[str, Any]] = [("SQLiteBoard", files(SQLiteBoard, directory / f"ok-{mode}"))]
     url = os.environ.get("TASKBOARD_REDIS_URL")
     if url:
         from taskboard.hosts.redis import RedisBoard

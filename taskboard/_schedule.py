@@ -4,10 +4,13 @@ Under a :class:`RaceScheduler`, the participants of a race run one at a time. Ea
 stops at its start and before each round trip to its store (a *scheduling point*: a SQLite
 statement, a redis-py command, a psycopg statement, or a :func:`yield_point` the board
 marks), and the scheduler lets exactly one stopped participant go on until its next point.
-Which one is a choice read from a list of numbers drawn by Hypothesis, so an interleaving
-is data: shrunk, stored in the example database, written to trace files and replayed
-exactly. The points themselves are installed by :mod:`taskboard._roundtrips`; this module
-only knows that a thread of a controlled race has reached one.
+Which one is a choice read from a list of numbers drawn by Hypothesis, or (PCT,
+:class:`Priorities`) the highest of drawn priorities, so an interleaving is data: shrunk,
+stored in the example database, written to trace files and replayed exactly. The points
+themselves are installed by :mod:`taskboard._roundtrips`; this module only knows that a
+thread of a controlled race has reached one. On an async board each participant's calls
+are coroutines on the board's event loop: they carry their race in a context variable, and
+a point there (:func:`async_round_trip`) awaits its turn instead of blocking the loop.
 
 A participant may block inside its store while it runs (a row lock another participant
 holds, stopped at its next point). Where its round trip tells how to ask the store whether
@@ -59,7 +62,7 @@ PROBE_INTERVAL = 0.002
 
 #: What a participant's first turn is labelled: it leaves the start line.
 START = "start"
-#: What a PCT change point is drawn as: a fraction of the expected turns, in thousandths.
+#: What a PCT change point is drawn as: a fraction of the expected choices, in thousandths.
 CHANGE_POINT_SCALE = 1000
 #: Under PCT, turns one participant may take in a row while another could go on, before it
 #: drops below every other: a participant that spins on a lock a lower one holds would
@@ -89,10 +92,10 @@ class Priorities:
 
     Participant ``i`` starts with the priority ``len(ranks) - ranks[i]`` (``ranks`` from 0,
     distinct: rank 0 is the highest), and at each point the highest-priority participant
-    that may go on goes on. Before each turn a change point names, the participant that
+    that may go on goes on. Before each choice a change point names, the participant that
     ran last drops below every other (below those dropped before it, too). A change point
     ``c`` (of :data:`CHANGE_POINT_SCALE`) names choice ``1 + c * expected_turns // SCALE``.
-    With ``d - 1`` change points drawn at random among ``k`` turns, PCT finds a bug of depth
+    With ``d - 1`` change points drawn at random among ``k`` steps, PCT finds a bug of depth
     ``d`` among ``n`` participants with probability at least ``1 / (n * k ** (d - 1))``.
     Turns count only choices here (points where more than one participant may go on), so
     ``expected_turns`` is the choices expected.
@@ -100,7 +103,7 @@ class Priorities:
 
     ranks: tuple[int, ...]
     change_points: tuple[int, ...]
-    #: How many turns the race is expected to take: where the change points fall.
+    #: How many choices the race is expected to give: where the change points fall.
     expected_turns: int
 
     def turns(self) -> tuple[int, ...]:
