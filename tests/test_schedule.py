@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from taskboard._roundtrips import round_trip_points
-from taskboard._schedule import Priorities, RaceScheduler, Turn
+from taskboard._schedule import MOST_TURNS_IN_A_ROW, Priorities, RaceScheduler, Turn
 from taskboard.races import yield_point
 
 #: A participant: given its index, what it does (it may call yield_point, use a store).
@@ -117,6 +117,25 @@ def test_a_pct_change_point_drops_the_running_participant_and_replays_exactly() 
     replayed: list[tuple[int, int]] = []
     race([three_steps(replayed), three_steps(replayed)], realized)
     assert tuple(replayed) == log_seen
+
+
+def test_under_pct_a_participant_that_spins_drops_below_the_one_it_waits_for() -> None:
+    """The highest participant polls for a flag only the lower one sets: after
+    MOST_TURNS_IN_A_ROW polls it drops below, and the lower one sets the flag."""
+    flag = threading.Event()
+
+    def spinner(index: int) -> None:
+        while not flag.is_set():
+            yield_point("poll")
+
+    def setter(index: int) -> None:
+        yield_point("set")
+        flag.set()
+
+    scheduler = race([spinner, setter], [], pct=Priorities((0, 1), (), 10))
+    polls = [turn for turn in scheduler.turns if turn.agent == 0]
+    assert MOST_TURNS_IN_A_ROW <= len(polls) <= MOST_TURNS_IN_A_ROW + 2
+    assert scheduler.ran_free == 0
 
 
 def test_a_pct_variant_draws_other_priorities_of_the_same_shape() -> None:
