@@ -192,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="D",
         help=f"with --race-exploration pct: the depth of race aimed at, 1 to {MOST_PCT_DEPTH} "
         "(1: strict priorities; each more draws one change point; default: the machine's "
-        "pct_depth, 2)",
+        "pct_depth, 3)",
     )
     fuzz_cmd.add_argument(
         "--call-timeout",

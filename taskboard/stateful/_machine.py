@@ -276,7 +276,7 @@ class BoardMachine(RuleBasedStateMachine):
       which the thread that ran last drops below every other. The picks are recorded, so a
       replay is exact either way; see docs/races.md.
     * ``pct_depth``: with ``race_exploration = "pct"``, the depth of race aimed at, from 1
-      (strict priorities, no change point) to 10 (default 2). A race that needs ``d``
+      (strict priorities, no change point) to 10 (default 3). A race that needs ``d``
       ordering constraints is found with probability at least ``1 / (n * k ** (d - 1))``
       per run (``n`` threads, ``k`` points) at depth ``d``.
     * ``durable``: SPEC 9, whether the board keeps everything it acknowledged across

@@ -107,7 +107,7 @@ def programs(
     *,
     controlled: bool = False,
     exploration: str = "random",
-    depth: int = 2,
+    depth: int = 3,
 ) -> st.SearchStrategy[ParallelProgram]:
     """Programs: a prefix of up to 6 steps, then 2 to 4 threads of 1 to 4 operations each;
     one in four is an :func:`expiry race <expiry_races>`. ``nemesis`` names the nemesis

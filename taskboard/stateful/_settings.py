@@ -411,7 +411,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "pct_depth",
-        2,
+        3,
         _pct_depth,
         "with race_exploration = 'pct': the depth of race it aims at (1: strict priorities; "
         "each more draws a change point)",
