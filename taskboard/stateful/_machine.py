@@ -266,9 +266,10 @@ class BoardMachine(RuleBasedStateMachine):
     * ``race_scheduling``: how the threads of a parallel program interleave. ``"os"`` (the
       default) runs them at once, as the operating system schedules them; ``"controlled"``
       runs them one at a time, switching only at their round trips to the store (sqlite3
-      statements, redis-py commands, psycopg statements, :func:`taskboard.yield_point`), in
-      an order Hypothesis draws, shrinks and replays exactly. A board with no such point
-      (an async one, one in processes) races as with ``"os"``; see docs/races.md.
+      statements, redis-py commands, sync or ``redis.asyncio``, psycopg statements,
+      ``taskboard.races.yield_point`` and ``async_yield_point``), in an order Hypothesis
+      draws, shrinks and replays exactly. A board with no such point (an async one on
+      another client, one in processes) races as with ``"os"``; see docs/races.md.
     * ``race_exploration``: how a controlled race's drawn data picks who goes on at each
       point. ``"random"`` (the default): a drawn choice at each point, shrinking to round
       robin. ``"pct"`` (probabilistic concurrency testing): drawn priorities, the highest
