@@ -213,14 +213,16 @@ def _redis_patches() -> list[tuple[Any, str, Callable[..., Any]]]:
             name = (
                 "_execute_command" if hasattr(redis_cls, "_execute_command") else "execute_command"
             )
-            patches.append((redis_cls, name, wrap(getattr(redis_cls, name), _command_label)))
+            commands = _defining(redis_cls, name)
+            patches.append((commands, name, wrap(getattr(commands, name), _command_label)))
         if pipeline is not None:
             for name, label in (
                 ("immediate_execute_command", _command_label),
                 ("execute", _pipeline_label),
             ):
                 if hasattr(pipeline, name):
-                    patches.append((pipeline, name, wrap(getattr(pipeline, name), label)))
+                    sends = _defining(pipeline, name)
+                    patches.append((sends, name, wrap(getattr(sends, name), label)))
     return patches
 
 
@@ -318,6 +320,13 @@ def _patches() -> list[tuple[Any, str, Callable[..., Any]]]:
                 else:
                     patches.append((owner, name, _pointed(original, _fixed(name.upper()))))
     return patches
+
+
+def _defining(cls: type, name: str) -> type:
+    """The class of ``cls``'s MRO that defines ``name``: redis-py 2.x's ``Redis`` inherits its
+    commands from ``StrictRedis``, and its ``Pipeline`` from ``BasePipeline``, which the
+    ``StrictRedis`` clients and pipelines that most code makes share."""
+    return next((c for c in cls.__mro__ if name in c.__dict__), cls)
 
 
 def _fixed(text: str) -> Callable[..., str]:

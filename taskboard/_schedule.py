@@ -35,18 +35,18 @@ import functools
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
+    "CLOCK",
     "STEP_TIMEOUT",
     "Priorities",
     "RaceScheduler",
     "Turn",
-    "async_round_trip",
-    "async_yield_point",
+    "forwarding_yield_points",
     "note_call",
     "note_lock_probe",
     "round_trip",
@@ -68,6 +68,8 @@ CHANGE_POINT_SCALE = 1000
 #: drops below every other: a participant that spins on a lock a lower one holds would
 #: otherwise starve it until the race's deadline.
 MOST_TURNS_IN_A_ROW = 16
+#: The ``agent`` of the :class:`Turn` that records the clock's move (see ``crossing``).
+CLOCK = -1
 
 _State = Literal["new", "waiting", "running", "blocked", "free", "done"]
 
@@ -75,7 +77,9 @@ _State = Literal["new", "waiting", "running", "blocked", "free", "done"]
 @dataclass(frozen=True)
 class Turn:
     """One step of a controlled race: participant ``agent``, in its call number ``call``
-    (from 0), went on from ``point``, the round trip it was about to make, to its next."""
+    (from 0), went on from ``point``, the round trip it was about to make, to its next. The
+    clock's move is a turn too: its ``agent`` is :data:`CLOCK` and its ``point`` says where
+    the clock went."""
 
     agent: int
     call: int
@@ -151,6 +155,9 @@ class _Participant:
 class _Local(threading.local):
     scheduler: RaceScheduler | None = None
     index = -1
+    #: Where this thread's :func:`yield_point` goes when it is no participant: a process that
+    #: serves a board over the protocol hands it to the checker, which schedules it.
+    forward: Callable[[str], None] | None = None
 
 
 _LOCAL = _Local()
@@ -169,8 +176,10 @@ class RaceScheduler:
     from starving the one holding it.
 
     ``crossing``, if given, is ``(turn, move)``: ``move()`` is called once, before the turn
-    of that number (from 0) is granted, if it is (a race on the wall clock that must cross
-    an instant between two turns sleeps there until it).
+    of that number (from 0) is granted, if it is, while every participant is stopped at a
+    point or done; what it returns names the move in :attr:`turns` (a :data:`CLOCK` turn).
+    The clock then moves between two round trips: a manual or virtual clock jumps there, a
+    race on the wall clock sleeps until the instant it must cross.
 
     ``variant`` (from 1) adds to each choice a number of a fixed pseudo-random sequence of
     its own, so that one drawn schedule gives several distinct interleavings; 0 adds none.
@@ -188,7 +197,7 @@ class RaceScheduler:
         choices: Sequence[int],
         step_timeout: float = STEP_TIMEOUT,
         variant: int = 0,
-        crossing: tuple[int, Callable[[], None]] | None = None,
+        crossing: tuple[int, Callable[[], str]] | None = None,
         pct: Priorities | None = None,
     ) -> None:
         self.choices = tuple(choices)
@@ -209,8 +218,10 @@ class RaceScheduler:
         #: The position picked at each choice: the schedule that repeats this interleaving.
         self.realized: list[int] = []
         self.step_timeout = step_timeout
-        #: Every turn, in order: the interleaving.
+        #: Every turn, in order: the interleaving (the clock's move included, if made).
         self.turns: list[Turn] = []
+        #: Whether the clock's move of ``crossing`` was made.
+        self.crossed = False
         #: How many scheduling points past the start the participants reached.
         self.points_seen = 0
         #: How many choices of :attr:`choices` were read.
@@ -435,7 +446,8 @@ class RaceScheduler:
         """Make the clock's move, once, if the turn it comes before is next."""
         if self._crossing is not None and len(self.turns) >= self._crossing[0]:
             move, self._crossing = self._crossing[1], None
-            move()
+            self.turns.append(Turn(CLOCK, 0, move()))
+            self.crossed = True
 
     def _grant(self, index: int, *, gave_up: bool = False) -> None:
         self._cross()
@@ -512,5 +524,24 @@ def yield_point(label: str = "") -> None:
     """Mark a scheduling point in a board: a round trip the checker cannot see by itself (a
     store it does not know, a protocol of your own), or a place where another agent's calls
     may come in between. In a controlled race the calling agent waits here for its turn;
-    anywhere else it returns at once. ``label`` names the point in reports."""
+    anywhere else it returns at once. ``label`` names the point in reports.
+
+    In a process that serves a board over the protocol (``serve``), the point goes to the
+    checker, which schedules it as it schedules its own (see :func:`forwarding_yield_points`).
+    """
+    forward = _LOCAL.forward
+    if forward is not None and _LOCAL.scheduler is None:
+        forward(label)
+        return
     round_trip(f"yield_point({label})" if label else "yield_point()")
+
+
+@contextlib.contextmanager
+def forwarding_yield_points(forward: Callable[[str], None]) -> Iterator[None]:
+    """While in force, this thread's :func:`yield_point` calls ``forward(label)`` instead
+    (a served board's points cross the protocol to the checker's scheduler)."""
+    before, _LOCAL.forward = _LOCAL.forward, forward
+    try:
+        yield
+    finally:
+        _LOCAL.forward = before

@@ -5,7 +5,10 @@
 NAME is ``memory``, a board on ``taskboard fuzz --server``'s store (``redis-own-time``,
 ``postgres-server-clock``, ...: see ``ON_SERVER``), ``sqlite`` (a file board whose clients
 ``connect`` to PATH's file),
-``sqlite-split-claim`` (the same, with a claim that is atomic only inside one process),
+``sqlite-split-claim`` (the same, with a claim that is atomic only inside one process and a
+``yield_point`` between its check and its write), ``sqlite-yield-holding-lock`` (a correct
+claim that yields while it holds a lock the other processes' claims wait for),
+``memory-yielding`` (MemoryBoard with a point in its claim, one process for every caller),
 ``memory-undeclared`` (MemoryBoard declaring no ``expired_lease_policy`` in hello), a
 mutant of the gallery, or a misbehaving child: ``exit`` (dies at start), ``silent`` (never
 answers), ``garbage`` (answers claims with a line that is not JSON).
@@ -36,6 +39,7 @@ PARENT = os.getppid()
 if PIDDIR and __name__ == "__main__":
     os.close(os.open(os.path.join(PIDDIR, str(os.getpid())), os.O_CREAT | os.O_WRONLY))
 
+import fcntl
 import importlib
 import tempfile
 import threading
@@ -48,6 +52,7 @@ from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import MUTANTS
 from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.protocol import serve
+from taskboard.races import yield_point
 
 
 class OwnedFileBoard(SQLiteBoard):
@@ -80,6 +85,8 @@ class SplitClaimBoard(SQLiteBoard):
                 if until is None or until > self._clock.now():
                     raise TakenError(f"task {task_id!r} is held by a live lease of {seen.owner!r}")
             time.sleep(0.002)  # the round trip between the check and the write
+            # Another process's claim may come in here: a point the checker can schedule.
+            yield_point("claim checked, not yet written")
             with self._transaction() as conn:  # the check said it is free: take it as such
                 conn.execute(
                     "UPDATE tasks SET state = ? WHERE id = ? AND state = ?",
@@ -96,6 +103,28 @@ def split_claim_file(tasks: Sequence[Task], clock: Clock) -> SQLiteBoard:
     fd, path = tempfile.mkstemp(suffix=".sqlite", prefix="taskboard-protocol-")
     os.close(fd)
     return OwnedSplitClaimBoard(tasks, clock, path)
+
+
+class LockHoldingYieldBoard(SQLiteBoard):
+    """A correct claim that stops at a point of its own while it holds a lock every other
+    process's claim needs (an flock of the database file): the scheduler's step timeout, not
+    a deadlock, is what lets the others on."""
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        with open(self._path, "rb") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            yield_point("holding the file lock")
+            return super().claim(task_id, agent, request)
+
+
+class OwnedLockHoldingYieldBoard(LockHoldingYieldBoard, OwnedFileBoard):
+    """The LockHoldingYieldBoard that ran ``init``: it removes its file when closed."""
+
+
+def lock_holding_file(tasks: Sequence[Task], clock: Clock) -> SQLiteBoard:
+    fd, path = tempfile.mkstemp(suffix=".sqlite", prefix="taskboard-protocol-")
+    os.close(fd)
+    return OwnedLockHoldingYieldBoard(tasks, clock, path)
 
 
 #: How long a process the checker left running outlives it (seconds).
@@ -149,6 +178,7 @@ def main(name: str) -> None:
             connect=lambda storage, clock: SQLiteBoard((), clock, storage),
             storage_of=lambda board: board._path,
             stdin=REQUESTS,
+            yield_points=True,
         )
         return
     if name == "sqlite-split-claim":
@@ -158,7 +188,27 @@ def main(name: str) -> None:
             connect=lambda storage, clock: SplitClaimBoard((), clock, storage),
             storage_of=lambda board: board._path,
             stdin=REQUESTS,
+            yield_points=True,
         )
+        return
+    if name == "sqlite-yield-holding-lock":
+        serve(
+            lock_holding_file,
+            shape=SQLiteBoard,
+            connect=lambda storage, clock: LockHoldingYieldBoard((), clock, storage),
+            storage_of=lambda board: board._path,
+            stdin=REQUESTS,
+            yield_points=True,
+        )
+        return
+    if name == "memory-yielding":
+
+        class Yielding(MemoryBoard):
+            def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+                yield_point("before the claim")
+                return super().claim(task_id, agent, request)
+
+        serve(Yielding, stdin=REQUESTS, yield_points=True)
         return
     if name == "garbage":
 

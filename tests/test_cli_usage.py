@@ -139,7 +139,7 @@ def test_a_contract_or_a_machines_test_case_is_fuzzed_through_its_machine(
     """A BoardContract subclass, a machine's TestCase and its ParallelTestCase are targets."""
     result = run(capsys, "fuzz", target, "--max-examples", "30", "--seed", "1", "--quiet")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert int(summary(result).group(1)) >= 30
+    assert int(summary(result).group(1)) >= 27  # after one parallel program's three runs
 
 
 def test_a_contracts_trace_names_it_and_replays_as_printed(

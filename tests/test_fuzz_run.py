@@ -80,6 +80,15 @@ def test_max_examples_runs_exactly_that_many(tmp_path: Path, mode: str, count: i
     assert report.examples + report.parallel_runs == count
 
 
+def test_a_mixed_run_begins_with_a_parallel_program(tmp_path: Path) -> None:
+    """A mixed run's first examples are one parallel program's three runs, so races are
+    tried from the first example on; sequential examples follow."""
+    first = fuzz(MEMORY, quiet(tmp_path, max_examples=3), progress=None)
+    assert (first.parallel_runs, first.examples) == (3, 0)
+    then = fuzz(MEMORY, quiet(tmp_path, max_examples=5), progress=None)
+    assert (then.parallel_runs, then.examples) == (3, 2)
+
+
 def test_the_budget_stops_a_slow_board_on_time_and_leaves_the_database_clean(
     tmp_path: Path,
 ) -> None:

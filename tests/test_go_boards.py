@@ -20,6 +20,7 @@ import pytest
 from taskboard import ClaimRequest, Clock, Lease, ManualClock, State, SystemClock, Task, check
 from taskboard._cli import main
 from taskboard.protocol import exec_board
+from taskboard.stateful import BoardMachine, load_trace, replay_trace
 from tests.conftest import unavailable
 
 GO_MODULE = Path(__file__).resolve().parent.parent / "go"
@@ -103,6 +104,36 @@ def test_each_go_mutant_is_caught(
     assert code == 1, out
     assert "contract violation" in out
     assert list(tmp_path.glob("*.json"))
+
+
+def test_the_go_claim_atomic_in_process_is_caught_shrunk_and_replayed_under_control(
+    fileboard: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under controlled scheduling the Go mutant's YieldPoint between its check and its write
+    is a point like a request: the race is caught, shrunk to two client processes, and its
+    trace fails on the first run of every replay."""
+    command = f"{fileboard} -mutant claim-atomic-in-process"
+    controlled = ("--parallel", "--race-scheduling", "controlled", "--seed", "1")
+    code = fuzz_exec(command, tmp_path, *controlled, "--max-examples", "50")
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "claim: yield_point(claim checked, not yet written)" in out
+    named = out.split("trace written to ", 1)[1].split(";", 1)[0]
+    trace = load_trace(named)
+    assert trace.program is not None
+    assert len(trace.program.threads) == 2
+    machine = BoardMachine.for_command(command, race_scheduling="controlled")
+    for _ in range(3):
+        result = replay_trace(trace, machine)
+        assert not result.passed
+        assert result.steps_run == 1  # the first run of the program failed
+
+
+def test_the_go_reference_board_passes_under_control(fileboard: Path, tmp_path: Path) -> None:
+    """The correct Go board's client processes, one request at a time as drawn: no false
+    alarm and no hang."""
+    controlled = ("--parallel", "--race-scheduling", "controlled", "--seed", "1")
+    assert fuzz_exec(str(fileboard), tmp_path, *controlled, "--max-examples", "30") == 0
 
 
 def test_an_unknown_mutant_is_a_usage_error_with_the_boards_stderr(

@@ -7,15 +7,18 @@ from __future__ import annotations
 import ast
 import re
 import unittest
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from hypothesis import Phase, given, reproduce_failure, seed, settings
+from hypothesis import HealthCheck, Phase, given, reproduce_failure, seed, settings
 from hypothesis import strategies as st
 from hypothesis.internal.reflection import function_digest
 from hypothesis.stateful import RuleStrategy, run_state_machine_as_test
 
+from taskboard import Board, Clock, Task
+from taskboard.boardtest import BoardContract
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.mutants import AgentAsIdentity
 from taskboard.model import ContractViolation
@@ -151,6 +154,35 @@ def test_the_parallel_mode_runs_without_the_explain_phase(
     assert applied
     assert Phase.explain not in applied[0].phases
     assert Phase.shrink in applied[0].phases
+
+
+def test_a_board_contract_runs_its_machines_without_the_slow_generation_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """BoardContract's machine runs leave out the too_slow health check, which a loaded
+    machine or a board in a process of its own trips on a correct board, and keep the rest."""
+    from taskboard.boardtest import _suite
+
+    applied: list[settings] = []
+
+    def recorded(chosen: settings) -> settings:
+        applied.append(reach.without_speed_check(chosen))
+        return applied[-1]
+
+    monkeypatch.setattr(_suite, "without_speed_check", recorded)
+
+    class Contract(BoardContract):
+        def make_board(self, tasks: Sequence[Task], clock: Clock) -> Board:
+            return MemoryBoard(tasks, clock)
+
+    contract = Contract()
+    contract.machine_settings = contract.parallel_settings = settings(max_examples=1)
+    contract.test_state_machine()
+    contract.test_parallel_histories_are_linearizable()
+    assert len(applied) == 2
+    for chosen in applied:
+        assert HealthCheck.too_slow in chosen.suppress_health_check
+        assert HealthCheck.data_too_large not in chosen.suppress_health_check
 
 
 def test_a_seed_on_the_machine_class_is_carried_to_another_test() -> None:

@@ -85,7 +85,7 @@ CAUGHT = {
     "release-ignores-token": ("1", "clause    SPEC 3.2"),
     "renew-expired": ("1", "clause    SPEC 3.5"),
     # A race between client processes (check and write in two file transactions), caught in
-    # the first parallel batch of the default mixed mode, after 50 sequential examples.
+    # the parallel programs of the default mixed mode.
     "claim-not-atomic": ("6", "contract violation in a concurrent history"),
 }
 

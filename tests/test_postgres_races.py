@@ -1,18 +1,23 @@
 """Controlled races on PostgreSQL: a statement that waits on another's row lock is seen
 waiting (``pg_blocking_pids``) and the others scheduled at once; the board that reads
-``now()`` before its ``FOR UPDATE`` wait is caught and replayed; the reference host
-gives no false alarm."""
+``now()`` before its ``FOR UPDATE`` wait is caught and replayed, on the wall clock and, on a
+throwaway server on the checker's clock, with the clock's move a turn of the race; the
+reference host gives no false alarm."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
+import taskboard.servers
 from taskboard._roundtrips import round_trip_points
 from taskboard._schedule import RaceScheduler
 from taskboard.hosts.postgres import PostgresBoard
@@ -28,6 +33,7 @@ from taskboard.stateful import (
 from taskboard.stateful._generation import TASK_IDS
 from taskboard.stateful._parallel import run_program
 from taskboard.stateful._steps import ActStep, ClaimStep, ExpiryStep, ParallelProgram
+from tests.test_virtual_postgres import _require_postgres
 
 CONTROLLED_WALL = {"race_scheduling": "controlled", "clock_mode": "wall"}
 #: Long enough that a lock wait the scheduler failed to see would show as a free run.
@@ -143,3 +149,55 @@ def test_the_reference_host_on_its_server_clock_gives_no_false_alarm_under_contr
         **CONTROLLED_WALL,
     )
     run_parallel_state_machine(machine, settings=quick(60))
+
+
+# -- on the virtual clock --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def virtual_postgres() -> Iterator[taskboard.servers.Postgres]:
+    """A throwaway PostgreSQL on the checker's clock, for this module; a skip without its
+    binaries or a C compiler."""
+    _require_postgres()
+    with taskboard.servers.Postgres() as started:
+        yield started
+
+
+def on_virtual(board: type[PostgresBoard], server: taskboard.servers.Postgres) -> Any:
+    """A controlled virtual-mode machine of the server-clock ``board`` on ``server``."""
+    return BoardMachine.for_board(
+        lambda tasks, clock: board(tasks, "server", server.url),
+        race_scheduling="controlled",
+        clock_mode="virtual",
+        server=server,
+        clock_resolution=PostgresBoard.clock_resolution,
+        trace_target="",
+    )
+
+
+#: The renew's transaction starts (its now()) one tick before the until; the clock then moves
+#: to the until (before turn 1), and the release runs to its end before the renew takes the row.
+RENEW_ACROSS_THE_MOVE = dataclasses.replace(
+    RENEW_ACROSS_EXPIRY,
+    prefix=(RENEW_ACROSS_EXPIRY.prefix[0], ExpiryStep(TASK_IDS[0], 1)),
+    schedule=(0, 0, 1, 1, 1, 1, 1, 1),
+)
+
+
+def test_now_before_the_row_lock_fails_every_run_on_the_virtual_clock(
+    virtual_postgres: taskboard.servers.Postgres,
+) -> None:
+    """With the clock's move a turn, the renew that read now() before the move extends the
+    lease the release found expired after it: 10 runs of 10 fail, the report shows the move,
+    and the trace replays 10 times of 10; the reference host passes the same program."""
+    mutant = on_virtual(NowBeforeRowLock, virtual_postgres)
+    for _ in range(10):
+        with pytest.raises(ContractViolation) as caught:
+            run_program(mutant, RENEW_ACROSS_THE_MOVE, record=False)
+    violation = violations_in(caught.value)[0]
+    assert "clock jumps to exactly L1's until" in str(violation)
+    assert violation.recording is not None
+    for _ in range(10):
+        result = replay_trace(violation.recording, mutant)
+        assert (result.passed, result.steps_run) == (False, 1)
+    run_program(on_virtual(PostgresBoard, virtual_postgres), RENEW_ACROSS_THE_MOVE, record=False)

@@ -279,6 +279,39 @@ def test_until_is_exact_beyond_double_precision(redis_server_url: str) -> None:
         assert board.claim("t1", "a2", ClaimRequest(TICK)).owner == "a2"
 
 
+class _StaleOnce(ManualClock):
+    """A manual clock whose next reading, once set, is an older instant: a call that read
+    the time and reached the store after another call that read it later."""
+
+    stale: datetime | None = None
+
+    def now(self) -> datetime:
+        stale, self.stale = self.stale, None
+        return stale if stale is not None else super().now()
+
+
+def test_a_call_that_read_the_time_before_an_expiry_runs_after_it(redis_server_url: str) -> None:
+    """Store time never goes back: a renew that read an instant before the lease's until,
+    reaching the store after a call that found the lease expired, is refused (it does not
+    revive the lease), and a late claim's until counts from the store's latest instant."""
+    clock = _StaleOnce()
+    ttl = timedelta(milliseconds=5)
+    with RedisBoard([Task("t1")], clock, redis_server_url) as board:
+        lease = board.claim("t1", "a1", ClaimRequest(ttl)).lease
+        assert lease is not None
+        assert lease.until is not None
+        clock.advance(ttl)
+        with pytest.raises(LeaseLostError):
+            board.renew("t1", lease.token, ClaimRequest(ttl))
+        clock.stale = lease.until - TICK
+        with pytest.raises(LeaseLostError):
+            board.renew("t1", lease.token, ClaimRequest(ttl))
+        clock.stale = lease.until - TICK
+        taken = board.claim("t1", "a2", ClaimRequest(ttl))
+        assert taken.lease is not None
+        assert taken.lease.until == lease.until + ttl
+
+
 def test_a_client_with_decode_responses_works(redis_server_url: str) -> None:
     """A given client that decodes replies to str serves the board as well as a bytes one."""
     with (

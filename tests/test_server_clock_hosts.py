@@ -207,7 +207,7 @@ def test_ttl_zero_means_no_until(make_board: BoardFactory) -> None:
 def test_the_redis_scripts_add_until_exactly(redis_server_url: str) -> None:
     """The Lua decimal add is exact past 2**53, where Lua's doubles would round."""
     with redis.Redis.from_url(redis_server_url) as client:
-        source = _redis_lua._PRELUDE + _redis_lua._SERVER_CLOCK + "return add(ARGV[1], ARGV[2])"
+        source = _redis_lua._PRELUDE + _redis_lua._UNTIL_AT + "return add(ARGV[1], ARGV[2])"
         for a, b in [("0", "0"), ("999", "1"), ("9007199254740993", "1"), ("1", "99999999")]:
             assert client.eval(source, 0, a, b) == str(int(a) + int(b)).encode()
         big = 220_752_000_000_000_001  # about 7000 years, in microseconds: odd, past 2**53

@@ -186,7 +186,7 @@ def test_the_summary_separates_finding_from_shrinking() -> None:
 
 
 def test_a_mixed_run_without_parallel_programs_says_so_and_why() -> None:
-    """A mixed run whose budget ran out in its first sequential batch says no parallel
+    """A mixed run whose budget ran out in its first parallel program says no parallel
     programs ran, why (the shortest lease among it), and that no clients were opened."""
     report = FuzzReport(
         examples=20, seconds=60.0, mode="mixed", shortest_lease=50 * MS, clients=True
@@ -197,7 +197,7 @@ def test_a_mixed_run_without_parallel_programs_says_so_and_why() -> None:
     assert "shortest lease at 50ms" in notes[0]
     assert "no clients were opened" in notes[1]
     found = FuzzReport(examples=2, seconds=5.0, find_seconds=1.0, mode="mixed")
-    assert "the failure was found in the first batch" in run_notes(found)[0]
+    assert "found before the first parallel program finished" in run_notes(found)[0]
     assert run_notes(FuzzReport(mode="mixed", parallel_runs=3)) == []
     assert run_notes(FuzzReport(mode="sequential")) == []
 

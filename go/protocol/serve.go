@@ -38,6 +38,12 @@ type Host struct {
 	// NoRenew and NoFail say the board has no Renew or Fail: hello does not declare them,
 	// and the op is answered unsupported.
 	NoRenew, NoFail bool
+	// YieldPoints says the board marks with YieldPoint every place inside a call where
+	// another process's call may come in (a call is atomic between its points). In a
+	// controlled race the checker then runs the processes' calls one at a time, from
+	// request to point to answer, in an order it draws and replays exactly. Without it,
+	// YieldPoint returns at once and the processes race as the operating system runs them.
+	YieldPoints bool
 }
 
 // heardClock is the system clock until the checker says what time it is (init in manual
@@ -84,16 +90,17 @@ type wireTask struct {
 }
 
 type request struct {
-	ID      int64      `json:"id"`
-	Op      string     `json:"op"`
-	Tasks   []wireTask `json:"tasks"`
-	Clock   string     `json:"clock"`
-	Now     *int64     `json:"now"`
-	Storage string     `json:"storage"`
-	Task    string     `json:"task"`
-	Agent   string     `json:"agent"`
-	Token   string     `json:"token"`
-	TTL     int64      `json:"ttl"`
+	ID          int64      `json:"id"`
+	Op          string     `json:"op"`
+	YieldPoints bool       `json:"yield_points"`
+	Tasks       []wireTask `json:"tasks"`
+	Clock       string     `json:"clock"`
+	Now         *int64     `json:"now"`
+	Storage     string     `json:"storage"`
+	Task        string     `json:"task"`
+	Agent       string     `json:"agent"`
+	Token       string     `json:"token"`
+	TTL         int64      `json:"ttl"`
 }
 
 func micros(t time.Time) int64 { return t.UnixMicro() }
@@ -182,10 +189,11 @@ type reply struct {
 }
 
 type helloResult struct {
-	Protocol int      `json:"protocol"`
-	Name     string   `json:"name"`
-	Ops      []string `json:"ops"`
-	Durable  bool     `json:"durable"`
+	Protocol    int      `json:"protocol"`
+	Name        string   `json:"name"`
+	Ops         []string `json:"ops"`
+	Durable     bool     `json:"durable"`
+	YieldPoints bool     `json:"yield_points"`
 }
 
 type initResult struct {
@@ -206,7 +214,7 @@ func (s *server) handle(ctx context.Context, r request) (reply, error) {
 	var none reply
 	switch r.Op {
 	case "hello":
-		return reply{helloResult: &helloResult{Protocol: 1, Name: s.host.Name, Ops: s.ops(), Durable: s.host.Durable}}, nil
+		return reply{helloResult: &helloResult{Protocol: 1, Name: s.host.Name, Ops: s.ops(), Durable: s.host.Durable, YieldPoints: s.host.YieldPoints}}, nil
 	case "connect":
 		if s.host.Connect == nil {
 			return none, errUnsupported
@@ -273,16 +281,99 @@ func (s *server) handle(ctx context.Context, r request) (reply, error) {
 	return none, errUnsupported
 }
 
+// lines are the requests on in, and the board's stops at its points mid-request
+// (YieldPoint): a stop writes a yield line and reads on until the checker's go; the requests
+// read meanwhile (a list written behind the call) are served after the current one.
+type lines struct {
+	mu      sync.Mutex
+	reader  *bufio.Reader
+	writer  *bufio.Writer
+	pending [][]byte
+	// offered: the checker's hello offered to take yield lines. current is the id of the
+	// request being served, and ended the input's end or error met at a stop.
+	offered bool
+	current int64
+	ended   error
+}
+
+func (l *lines) next() ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.pending) > 0 {
+		line := l.pending[0]
+		l.pending = l.pending[1:]
+		return line, nil
+	}
+	if l.ended != nil {
+		return nil, l.ended
+	}
+	line, err := l.reader.ReadBytes('\n')
+	if len(line) == 0 && err != nil {
+		return nil, err
+	}
+	return line, nil
+}
+
+func (l *lines) stop(label string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.offered || l.ended != nil {
+		return
+	}
+	encoded, err := json.Marshal(struct {
+		ID    int64  `json:"id"`
+		Yield string `json:"yield"`
+	}{l.current, label})
+	if err == nil {
+		_, err = l.writer.Write(append(encoded, '\n'))
+	}
+	if err == nil {
+		err = l.writer.Flush()
+	}
+	for err == nil {
+		var line []byte
+		line, err = l.reader.ReadBytes('\n')
+		if len(line) == 0 {
+			break
+		}
+		var r request
+		if json.Unmarshal(line, &r) == nil && r.Op == "go" && r.ID == l.current {
+			return
+		}
+		l.pending = append(l.pending, line)
+	}
+	if err == nil {
+		err = io.EOF
+	}
+	// The checker is gone: the call goes on, and Serve stops after its answer.
+	l.ended = err
+}
+
+type linesKey struct{}
+
+// YieldPoint marks a scheduling point inside a board's call: a place where another
+// process's call may come in between (after a read, before the write that depends on it).
+// In a controlled race of the checker (taskboard fuzz --race-scheduling controlled) the call
+// stops here until the checker's scheduler lets it go on, so the race between processes is
+// explored as a drawn, replayable interleaving. Anywhere else it returns at once: ctx is not
+// a call served by Serve, the Host does not declare YieldPoints, or the checker did not
+// offer to take points. label names the point in the checker's reports. Hold no lock
+// another process needs while you yield.
+func YieldPoint(ctx context.Context, label string) {
+	if l, ok := ctx.Value(linesKey{}).(*lines); ok {
+		l.stop(label)
+	}
+}
+
 // Serve answers requests from in on out until close or the end of in. It returns nil then,
 // and an error when a line is not JSON or an answer cannot be written (a closed out).
 func Serve(host Host, in io.Reader, out io.Writer) error {
 	s := &server{host: host, clock: &heardClock{}}
-	reader := bufio.NewReaderSize(in, 1<<16)
-	writer := bufio.NewWriter(out)
-	ctx := context.Background()
+	l := &lines{reader: bufio.NewReaderSize(in, 1<<16), writer: bufio.NewWriter(out)}
+	ctx := context.WithValue(context.Background(), linesKey{}, l)
 	for {
-		line, err := reader.ReadBytes('\n')
-		if len(line) == 0 && err != nil {
+		line, err := l.next()
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -292,27 +383,43 @@ func Serve(host Host, in io.Reader, out io.Writer) error {
 		if err := json.Unmarshal(line, &r); err != nil {
 			return fmt.Errorf("a request that is not JSON: %w", err)
 		}
+		l.mu.Lock()
+		l.current = r.ID
+		if r.Op == "hello" {
+			l.offered = r.YieldPoints && host.YieldPoints
+		}
+		l.mu.Unlock()
 		answer, opErr := s.handle(ctx, r)
 		if opErr != nil {
 			answer = reply{Error: codeOf(opErr), Message: opErr.Error()}
 		}
 		answer.ID, answer.OK = r.ID, opErr == nil
-		encoded, err := json.Marshal(answer)
-		if err != nil {
-			return fmt.Errorf("encoding the answer to %s: %w", r.Op, err)
-		}
-		// A write error is kept by the bufio.Writer and returned by Flush too; the checker
-		// reads a closed stdout as the board's fault, so this process stops here.
-		if _, err := writer.Write(append(encoded, '\n')); err != nil {
-			return fmt.Errorf("writing the answer to %s: %w", r.Op, err)
-		}
-		if err := writer.Flush(); err != nil {
-			return fmt.Errorf("writing the answer to %s: %w", r.Op, err)
+		if err := l.answer(r.Op, answer); err != nil {
+			return err
 		}
 		if r.Op == "close" {
 			return nil
 		}
 	}
+}
+
+// answer writes one answer line and flushes it.
+func (l *lines) answer(op string, answer reply) error {
+	encoded, err := json.Marshal(answer)
+	if err != nil {
+		return fmt.Errorf("encoding the answer to %s: %w", op, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// A write error is kept by the bufio.Writer and returned by Flush too; the checker
+	// reads a closed stdout as the board's fault, so this process stops here.
+	if _, err := l.writer.Write(append(encoded, '\n')); err != nil {
+		return fmt.Errorf("writing the answer to %s: %w", op, err)
+	}
+	if err := l.writer.Flush(); err != nil {
+		return fmt.Errorf("writing the answer to %s: %w", op, err)
+	}
+	return nil
 }
 
 func codeOf(err error) string {

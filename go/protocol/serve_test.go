@@ -1,6 +1,7 @@
 package protocol_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -42,7 +43,7 @@ func TestServeAnswersEachOpWithItsTypedResult(t *testing.T) {
 		`{"id":9,"op":"list"}`,
 	)
 	want := []string{
-		`{"id":1,"ok":true,"protocol":1,"name":"memboard","ops":["renew"],"durable":false}`,
+		`{"id":1,"ok":true,"protocol":1,"name":"memboard","ops":["renew"],"durable":false,"yield_points":false}`,
 		`{"id":2,"ok":true,"storage":"in-memory"}`,
 		`{"id":3,"ok":true,"task":{"id":"t1","title":"build","deps":[],"state":"claimed","owner":"a1","lease":{"token":"TOKEN","fence":1,"until":null},"seq":1}}`,
 		`{"id":4,"ok":false,"error":"taken","message":"taskboard: task is held by a live lease"}`,
@@ -102,4 +103,105 @@ func TestServeRejectsALineThatIsNotJSON(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not JSON") {
 		t.Fatalf("Serve = %v; want a not-JSON error", err)
 	}
+}
+
+// yieldingBoard stops at a point of its own in every claim, before it claims.
+type yieldingBoard struct{ *memboard.Board }
+
+func (b yieldingBoard) Claim(ctx context.Context, id taskboard.TaskID, agent taskboard.AgentID, req taskboard.ClaimRequest) (taskboard.Task, error) {
+	protocol.YieldPoint(ctx, "before the claim")
+	return b.Board.Claim(ctx, id, agent, req)
+}
+
+var yieldingHost = protocol.Host{
+	Name:        "yielding",
+	NoFail:      true,
+	YieldPoints: true,
+	New: func(tasks []taskboard.Task, clock protocol.Clock) (taskboard.Board, string, error) {
+		return yieldingBoard{memboard.New(tasks, clock)}, "in-memory", nil
+	},
+}
+
+func serveYielding(t *testing.T, requests ...string) []string {
+	t.Helper()
+	var out strings.Builder
+	if err := protocol.Serve(yieldingHost, strings.NewReader(strings.Join(requests, "\n")+"\n"), &out); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	return strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+}
+
+// TestYieldPointStopsUntilGoAndServesWhatCameMeanwhileAfter: offered yields, a claim writes
+// its yield line and goes on at the checker's go; a list written behind the claim is
+// answered after the claim, in order.
+func TestYieldPointStopsUntilGoAndServesWhatCameMeanwhileAfter(t *testing.T) {
+	got := serveYielding(t,
+		`{"id":1,"op":"hello","protocol":1,"yield_points":true}`,
+		`{"id":2,"op":"init","tasks":[{"id":"t1","title":"build","deps":[],"state":"open","owner":"","lease":null,"seq":0}],"clock":"manual","now":1767225600000000}`,
+		`{"id":3,"op":"claim","task":"t1","agent":"a1","ttl":0}`,
+		`{"id":4,"op":"list"}`,
+		`{"id":3,"op":"go"}`,
+		`{"id":5,"op":"close"}`,
+	)
+	want := []string{`"id":1,"ok":true`, `"id":2,"ok":true`, `{"id":3,"yield":"before the claim"}`, `"id":3,"ok":true`, `"id":4,"ok":true`, `"id":5,"ok":true`}
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, want %d: %q", len(got), len(want), got)
+	}
+	for i := range want {
+		if !strings.Contains(got[i], want[i]) {
+			t.Errorf("line %d: got %s, want it to hold %s", i+1, got[i], want[i])
+		}
+	}
+}
+
+// TestYieldPointReturnsAtOnceUnlessOffered: a checker that did not offer yields (an older
+// one) never sees a yield line.
+func TestYieldPointReturnsAtOnceUnlessOffered(t *testing.T) {
+	got := serveYielding(t,
+		`{"id":1,"op":"hello","protocol":1}`,
+		`{"id":2,"op":"init","tasks":[{"id":"t1","title":"build","deps":[],"state":"open","owner":"","lease":null,"seq":0}],"clock":"manual","now":1767225600000000}`,
+		`{"id":3,"op":"claim","task":"t1","agent":"a1","ttl":0}`,
+	)
+	if len(got) != 3 || strings.Contains(strings.Join(got, "\n"), "yield\":\"") {
+		t.Fatalf("got %q; want three answers and no yield", got)
+	}
+}
+
+// TestYieldPointReturnsAtOnceUnlessDeclared: a host that does not declare YieldPoints says
+// so in hello and writes no yield line, even offered: its processes race free.
+func TestYieldPointReturnsAtOnceUnlessDeclared(t *testing.T) {
+	undeclared := yieldingHost
+	undeclared.YieldPoints = false
+	var out strings.Builder
+	requests := []string{
+		`{"id":1,"op":"hello","protocol":1,"yield_points":true}`,
+		`{"id":2,"op":"init","tasks":[{"id":"t1","title":"build","deps":[],"state":"open","owner":"","lease":null,"seq":0}],"clock":"manual","now":1767225600000000}`,
+		`{"id":3,"op":"claim","task":"t1","agent":"a1","ttl":0}`,
+	}
+	if err := protocol.Serve(undeclared, strings.NewReader(strings.Join(requests, "\n")+"\n"), &out); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(got) != 3 || !strings.Contains(got[0], `"yield_points":false`) || strings.Contains(got[2], `"yield":`) {
+		t.Fatalf("got %q; want hello declaring no yield points, and no yield", got)
+	}
+}
+
+// TestYieldPointAtTheEndOfInputEndsServe: when the input ends while a call waits for its go
+// (the checker is gone), the call goes on and Serve returns nil after it.
+func TestYieldPointAtTheEndOfInputEndsServe(t *testing.T) {
+	got := serveYielding(t,
+		`{"id":1,"op":"hello","protocol":1,"yield_points":true}`,
+		`{"id":2,"op":"init","tasks":[{"id":"t1","title":"build","deps":[],"state":"open","owner":"","lease":null,"seq":0}],"clock":"manual","now":1767225600000000}`,
+		`{"id":3,"op":"claim","task":"t1","agent":"a1","ttl":0}`,
+	)
+	if len(got) != 4 || got[2] != `{"id":3,"yield":"before the claim"}` {
+		t.Fatalf("got %q; want hello, init, the yield and the claim's answer", got)
+	}
+}
+
+// TestYieldPointOutsideServeReturnsAtOnce: a board's point in a call not served by Serve (its
+// own tests) does nothing.
+func TestYieldPointOutsideServeReturnsAtOnce(t *testing.T) {
+	protocol.YieldPoint(context.Background(), "nowhere")
 }

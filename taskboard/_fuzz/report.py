@@ -166,14 +166,13 @@ def run_notes(report: FuzzReport) -> list[str]:
     if report.mode != "mixed" or report.parallel_runs:
         return []
     if report.find_seconds is not None:
-        why = "the failure was found in the first batch of sequential examples"
+        why = "the failure was found before the first parallel program finished"
     elif report.interrupted:
-        why = "the run was stopped in the first batch of sequential examples"
+        why = "the run was stopped before the first parallel program finished"
     else:
-        per = report.finding_seconds / report.examples if report.examples else 0.0
         why = (
-            "the budget ran out before one finished (a mixed run begins with a batch of "
-            f"sequential examples; these took {per:.2f}s an example"
+            "the budget ran out before one finished (a mixed run begins with one parallel "
+            "program, run three times on fresh boards"
         )
         if report.shortest_lease:
             why += (

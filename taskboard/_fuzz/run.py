@@ -3,8 +3,9 @@ count, a failure or a stop request ends it."""
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,12 +35,15 @@ from taskboard.stateful._runstate import separate_run
 from taskboard.stateful._session import ExampleStats, StopRequested, on_example_end, stop_when
 from taskboard.stateful._shrink import shrink_failure
 
-__all__ = ["BATCH", "PARALLEL_BATCH", "Run"]
+__all__ = ["BATCH", "FIRST_PARALLEL_BATCH", "PARALLEL_BATCH", "Run"]
 
 #: Examples per Hypothesis run (the budget is checked at every step, not per batch).
 BATCH = 50
 #: Parallel programs per batch (each runs three times on fresh boards, with threads).
 PARALLEL_BATCH = 10
+#: Parallel programs a mixed run begins with, so that races are tried from its first example
+#: on. It has a seed of its own: the batches after it draw what they drew without it.
+FIRST_PARALLEL_BATCH = 1
 
 
 @dataclass(frozen=True)
@@ -155,19 +159,20 @@ class Run:
     ) -> Failure | None:
         """Run the batches; returns the failure of a sequential batch, to shrink by replay."""
         mode = self.options.mode
-        batch_index = 0
         with (
             separate_run(),  # its own run, even inside another: heard and stopped apart
             on_example_end(counted),
             stop_when(done),
             shrinking_for_at_most(self.hypothesis_shrink_budget),
         ):
-            while not done():
-                # Mixed: sequential and parallel batches take turns.
-                parallel = mode == "parallel" or (mode == "mixed" and batch_index % 2 == 1)
+            for batch_index in self._batch_order():
+                if done():
+                    break
+                parallel = mode == "parallel" or (mode == "mixed" and batch_index % 2 != 0)
                 size = PARALLEL_BATCH if parallel else BATCH
+                if batch_index < 0:
+                    size = FIRST_PARALLEL_BATCH
                 hypothesis_seed(self.seed + batch_index)(self.machine)
-                batch_index += 1
                 started = time.monotonic()
                 try:
                     self._batch(parallel, settings(base, max_examples=size))
@@ -200,6 +205,14 @@ class Run:
                         report.parallel_seconds += time.monotonic() - started
         report.interrupted = report.interrupted or stop.is_set()
         return None
+
+    def _batch_order(self) -> Iterator[int]:
+        """The batches' numbers, which seed them: mixed runs take even ones sequential and
+        odd ones parallel, after a short parallel batch numbered -1 (races from the first
+        example on)."""
+        if self.options.mode == "mixed":
+            yield -1
+        yield from itertools.count()
 
     @property
     def hypothesis_shrink_budget(self) -> float:

@@ -4,7 +4,9 @@
 optional methods (``renew``, ``fail``) are exactly those the child declared, so the checker
 treats it as it would a Python board of that shape. In manual mode, once the clock moved,
 every open process of the board (the one that ran ``init`` and its clients) hears
-``set_time`` before any of them gets its next request.
+``set_time`` before any of them gets its next request. In a controlled race, when the
+command declared ``yield_points`` in ``hello``, every request is a scheduling point, and so
+is every ``yield`` a child writes mid-request (:mod:`taskboard._schedule`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from taskboard._clock import Clock, ClockMode, ManualClock
 from taskboard._contract import ClaimRequest, Task
 from taskboard._driver import wrapper_classes
 from taskboard._operations import BY_METHOD, BY_OP, OPTIONAL_OPERATIONS, BoardOperation
-from taskboard._protocol.child import Child
+from taskboard._protocol.child import Child, holding
 from taskboard._protocol.codec import (
     ARGUMENT_FIELDS,
     ProtocolError,
@@ -28,6 +30,7 @@ from taskboard._protocol.codec import (
     encode_ttl,
 )
 from taskboard._protocol.spares import ExecStartError, Hello, take_child
+from taskboard._schedule import round_trip
 
 __all__ = ["ExecStartError", "Hello", "exec_board", "split_command"]
 
@@ -75,7 +78,7 @@ class _Processes:
     def keep_time(self) -> None:
         if not self.manual:
             return
-        with self._lock:
+        with holding(self._lock):
             now = self.clock.now()
             if now != self.time_sent:
                 self.time_sent = now
@@ -87,7 +90,7 @@ class _Processes:
         """``child`` has answered ``init`` or (``connected``) ``connect``: it hears the time the
         others heard, and every later ``set_time``."""
         self.keep_time()
-        with self._lock:
+        with holding(self._lock):
             for other in self.open:  # a list sent ahead would miss the newcomer's writes
                 other.settle()
             if connected and self.manual:
@@ -101,7 +104,7 @@ class _Processes:
         return self.manual and self.open == [child]
 
     def leave(self, child: Child) -> None:
-        with self._lock:
+        with holding(self._lock):
             if child in self.open:
                 self.open.remove(child)
 
@@ -127,6 +130,11 @@ class _ExecBoard:
         return "manual" if self._processes.manual else "wall"
 
     def _call(self, op: str, **arguments: Any) -> dict[str, Any]:
+        if self.child.yield_points:
+            # The child marks its points inside a call, so its calls are atomic between
+            # them: in a controlled race the calling thread waits here for its turn, and
+            # which process's call goes next is drawn. A child that marks none races free.
+            round_trip(f"{op} request")
         self._processes.keep_time()
         # The checker reads the board after every call it makes: send the list with the call.
         then = "list" if op in _WRITES and self._processes.alone(self.child) else None

@@ -23,10 +23,12 @@ from taskboard._protocol.codec import (
     ProtocolError,
     error_of,
     read_answer,
+    read_yield,
     request_line,
 )
+from taskboard._schedule import note_lock_probe, round_trip
 
-__all__ = ["EXIT_GRACE", "SPIN_SECONDS", "STDERR_LINES", "Child", "await_exits"]
+__all__ = ["EXIT_GRACE", "SPIN_SECONDS", "STDERR_LINES", "Child", "await_exits", "holding"]
 
 #: How many of a child's last stderr lines a report shows.
 STDERR_LINES = 20
@@ -34,6 +36,23 @@ STDERR_LINES = 20
 SPIN_SECONDS = 200e-6
 #: How long a child may take to exit after ``close``, and then after SIGTERM.
 EXIT_GRACE = 2.0
+
+
+@contextlib.contextmanager
+def holding(lock: threading.Lock) -> Iterator[None]:
+    """Hold ``lock`` (a process's, or the board's clock). In a controlled race, a thread
+    that waits for it while another holds it (one stopped at a point of its child's, mid-
+    request) tells the scheduler it waits on another's lock: the others go on at once."""
+    if not lock.acquire(blocking=False):
+        taken = threading.Event()
+        note_lock_probe(lambda: not taken.is_set())
+        lock.acquire()
+        taken.set()
+        note_lock_probe(None)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,9 @@ class Child:
         # Requests written ahead whose answers are still to be read, oldest first: a told
         # ``set_time``, or a ``list`` sent behind a call (see ``request``'s ``then``).
         self._ahead: collections.deque[_Ahead] = collections.deque()
+        #: The child said in ``hello`` that it may stop mid-request at points of its own
+        #: (``yield`` lines, each answered ``go``); until then such a line is a fault.
+        self.yield_points = False
         self.process = subprocess.Popen(
             self.argv,
             stdin=subprocess.PIPE,
@@ -151,7 +173,7 @@ class Child:
             Exception: the contract error (or ``ValueError``) the answer names, or a told
                 ``set_time`` was answered with.
         """
-        with self._lock:
+        with holding(self._lock):
             self._refuse_if_broken(op)
             with self._fault_ends_it():
                 answer = self._answer_ahead(op, arguments)
@@ -169,7 +191,7 @@ class Child:
         Raises:
             ProtocolError: the process broke earlier, or stopped reading its stdin.
         """
-        with self._lock:
+        with holding(self._lock):
             self._refuse_if_broken(op)
             with self._fault_ends_it():
                 self._send(op, arguments, told=True)
@@ -204,21 +226,16 @@ class Child:
         self, op: str, arguments: dict[str, Any], *, then: str | None = None, told: bool = False
     ) -> int:
         """Write ``op`` (and ``then`` behind it) on the child's stdin; ``op``'s id."""
-        stdin = self.process.stdin
-        assert stdin is not None
         self._next_id += 1
         request_id = self._next_id
-        try:
-            stdin.write(request_line(request_id, op, arguments))
-            if told:
-                self._ahead.append(_Ahead(request_id, op, arguments, told=True))
-            if then is not None:
-                self._next_id += 1
-                stdin.write(request_line(self._next_id, then, {}))
-                self._ahead.append(_Ahead(self._next_id, then, {}, told=False))
-            stdin.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            raise ProtocolError(op, self._exit_reason("it stopped reading its stdin")) from None
+        data = request_line(request_id, op, arguments)
+        ahead = [_Ahead(request_id, op, arguments, told=True)] if told else []
+        if then is not None:
+            self._next_id += 1
+            data += request_line(self._next_id, then, {})
+            ahead.append(_Ahead(self._next_id, then, {}, told=False))
+        self._write(op, data)
+        self._ahead.extend(ahead)
         return request_id
 
     def _answer(self, request_id: int, op: str) -> dict[str, Any]:
@@ -227,10 +244,31 @@ class Child:
         Raises:
             ProtocolError: it is malformed, or stdout closed (saying how the child exited).
         """
-        line = self._read_line(op)
-        if not line:
-            raise ProtocolError(op, self._exit_reason("it closed its stdout"))
-        return read_answer(line, request_id, op)
+        while True:
+            line = self._read_line(op)
+            if not line:
+                raise ProtocolError(op, self._exit_reason("it closed its stdout"))
+            label = read_yield(line, request_id, op) if self.yield_points else None
+            if label is None:
+                return read_answer(line, request_id, op)
+            # The child stopped at a point of its own, mid-request: in a controlled race this
+            # thread waits there for its turn; anywhere else it goes on at once.
+            round_trip(f"{op}: yield_point({label})")
+            self._write(op, request_line(request_id, "go", {}))
+
+    def _write(self, op: str, data: bytes) -> None:
+        """Write ``data`` on the child's stdin at once.
+
+        Raises:
+            ProtocolError: the child stopped reading its stdin.
+        """
+        stdin = self.process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(data)
+            stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            raise ProtocolError(op, self._exit_reason("it stopped reading its stdin")) from None
 
     def _answer_ahead(self, op: str | None, arguments: dict[str, Any]) -> dict[str, Any] | None:
         """Read every answer ahead; return the last one's if it answers ``op`` with

@@ -39,6 +39,7 @@ __all__ = [
     "encode_ttl",
     "error_of",
     "read_answer",
+    "read_yield",
     "request_line",
 ]
 
@@ -257,6 +258,31 @@ def read_answer(line: bytes, request_id: int, op: str) -> dict[str, Any]:
     ):
         raise ProtocolError(op, "a failed answer has a string 'error' and 'message'", line)
     return answer
+
+
+def read_yield(line: bytes, request_id: int, op: str) -> str | None:
+    """The label of a ``yield`` line (``{"id": N, "yield": "label"}``: the child stopped at a
+    point of its own while it handles request ``request_id``), or ``None`` when ``line`` is
+    no such line (an answer, to be read as one).
+
+    Raises:
+        ProtocolError: it is a ``yield`` line for another id, or its label is no string.
+    """
+    if b'"yield"' not in line or len(line) > LONGEST_LINE:
+        return None  # most lines: an answer, read without a second parse
+    try:
+        text = line.decode("utf-8")
+        stop = json.loads(text) if _nesting(text) <= DEEPEST_NESTING else None
+    except ValueError:  # UnicodeDecodeError too
+        stop = None  # read_answer says what is wrong with it
+    if not isinstance(stop, dict) or "yield" not in stop or "ok" in stop:
+        return None
+    if stop.get("id") != request_id or isinstance(stop.get("id"), bool):
+        raise ProtocolError(op, f"it yields in id {stop.get('id')!r}, not {request_id}", line)
+    label = stop["yield"]
+    if not isinstance(label, str):
+        raise ProtocolError(op, "a yield's label is a string", line)
+    return label
 
 
 def _nesting(text: str) -> int:

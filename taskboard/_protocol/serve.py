@@ -7,9 +7,11 @@ example of the child side for a board in any other language.
 
 from __future__ import annotations
 
+import collections
+import functools
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import IO, Any
 
@@ -24,6 +26,7 @@ from taskboard._protocol.codec import (
     decode_time,
     encode_task,
 )
+from taskboard._schedule import forwarding_yield_points
 
 __all__ = ["serve"]
 
@@ -71,6 +74,7 @@ class _Server:
         self.storage_of = storage_of
         self.board: Any = None
         self.clock = _HeardClock()
+        self.yield_points = False
 
     def ops(self) -> list[str]:
         has = operations_of(self.shape)
@@ -85,6 +89,9 @@ class _Server:
                 "name": "python",
                 "ops": self.ops(),
                 "durable": True,
+                # Its yield_point calls reach the checker (see _Lines), and its calls are
+                # atomic between them: a controlled race schedules its requests.
+                "yield_points": self.yield_points,
             }
             # SPEC 3.4, as BoardMachine.for_board reads it from a board factory.
             policy = getattr(self.shape or self.make_board, "expired_lease_policy", None)
@@ -136,6 +143,51 @@ def _argument(request: dict[str, Any], argument: Argument) -> Any:
     return request[ARGUMENT_FIELDS[argument]]
 
 
+class _InputEnded(Exception):
+    """The checker's input ended while the board waited at a point for its ``go``."""
+
+
+class _Lines:
+    """The request lines on stdin, and the board's stops at its points mid-request: a stop
+    writes ``{"id": N, "yield": label}`` and reads on until ``go`` for that id; the requests
+    read meanwhile (a ``list`` written behind the call) are served after it."""
+
+    def __init__(self, reader: IO[bytes], writer: IO[bytes]) -> None:
+        self._reader = iter(reader)
+        self._writer = writer
+        self._pending: collections.deque[bytes] = collections.deque()
+        #: The checker's ``hello`` offered to take yields; without it a point returns at once.
+        self.offered = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            if self._pending:
+                yield self._pending.popleft()
+                continue
+            line = next(self._reader, None)
+            if line is None:
+                return
+            yield line
+
+    def stop(self, request_id: int, label: str) -> None:
+        """The board is at a point of its own: go on when the checker says so.
+
+        Raises:
+            _InputEnded: the input ended first (the checker is gone).
+        """
+        if not self.offered:
+            return
+        stop = {"id": request_id, "yield": label}
+        self._writer.write(json.dumps(stop).encode() + b"\n")
+        self._writer.flush()
+        for line in self._reader:
+            request = json.loads(line)
+            if request.get("op") == "go" and request.get("id") == request_id:
+                return
+            self._pending.append(line)
+        raise _InputEnded
+
+
 def serve(
     make_board: MakeBoard,
     *,
@@ -144,6 +196,7 @@ def serve(
     storage_of: Callable[[Any], str] = lambda board: "",
     stdin: IO[bytes] | None = None,
     stdout: IO[bytes] | None = None,
+    yield_points: bool = False,
 ) -> None:
     """Answer board-protocol requests for boards ``make_board(tasks, clock)`` makes.
 
@@ -152,17 +205,30 @@ def serve(
     another client of a storage ``storage_of(board)`` named; without it the server declares
     no ``connect``. A contract error becomes its
     code; any other exception is left to end the process, as a crash would.
+
+    ``yield_points``: the board marks with :func:`taskboard.races.yield_point` every place in
+    a call where another process's call may come in (a call is atomic between its points).
+    In a controlled race each point then stops the process (a ``yield`` line) until the
+    checker's ``go`` (docs/protocol.md), and the processes' calls run one at a time in an
+    order the checker draws; outside one the ``go`` comes at once. Without it, the board's
+    points return at once and its processes race as the operating system runs them.
     """
-    reader = stdin if stdin is not None else sys.stdin.buffer
     writer = stdout if stdout is not None else sys.stdout.buffer
     if shape is None and isinstance(make_board, type):
         shape = make_board
     server = _Server(make_board, shape, connect, storage_of)
-    for line in reader:
+    server.yield_points = yield_points
+    lines = _Lines(stdin if stdin is not None else sys.stdin.buffer, writer)
+    for line in lines:
         request = json.loads(line)
         answer: dict[str, Any] = {"id": request["id"]}
+        if request["op"] == "hello":
+            lines.offered = yield_points and request.get("yield_points") is True
         try:
-            answer.update(ok=True, **server.handle(request))
+            with forwarding_yield_points(functools.partial(lines.stop, request["id"])):
+                answer.update(ok=True, **server.handle(request))
+        except _InputEnded:
+            return
         except NotImplementedError as exc:
             answer.update(ok=False, error="unsupported", message=str(exc))
         except Exception as exc:

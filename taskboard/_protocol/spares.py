@@ -44,7 +44,7 @@ class ExecStartError(Exception):
 
 class Hello:
     """What a child said of itself in ``hello``: its name, optional ops, durability and (when
-    it says) its expired-lease policy."""
+    it says) its expired-lease policy and whether it marks points of its own."""
 
     def __init__(self, answer: dict[str, object]) -> None:
         """Raises:
@@ -65,11 +65,18 @@ class Hello:
                 "hello",
                 f"'expired_lease_policy' is 'either', 'accept' or 'reject', got {policy!r}",
             )
+        points = answer.get("yield_points", False)
+        if not isinstance(points, bool):
+            raise ProtocolError("hello", f"'yield_points' is true or false, got {points!r}")
         self.name = name
         self.ops = frozenset(ops)
         self.durable = durable
         #: SPEC 3.4: the policy the board keeps, when it says (``None``: it does not).
         self.expired_lease_policy: str | None = policy
+        #: It marks every place in a call where another process's call may come in, and stops
+        #: there mid-request (``yield`` lines), as the checker offered in its ``hello``: its
+        #: calls are atomic between them, and a controlled race schedules its requests.
+        self.yield_points = points
 
 
 def start_child(
@@ -87,7 +94,11 @@ def start_child(
         raise ExecStartError(f"cannot start the board command {' '.join(argv)!r}: {exc}") from None
     started(child)
     try:
-        return child, Hello(child.request("hello", protocol=PROTOCOL_VERSION))
+        # A child that knows yield points writes them only to a checker that offered to take
+        # them, so old checkers and old children keep working.
+        hello = Hello(child.request("hello", protocol=PROTOCOL_VERSION, yield_points=True))
+        child.yield_points = hello.yield_points
+        return child, hello
     except Exception as exc:  # whatever it did, the command is unusable
         child.close(polite=False)
         reason = exc.reason if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"

@@ -17,8 +17,9 @@ machine's clock reading. Inside it:
   checker's own threads (the per-call timeout's watchdog) and asyncio's loop (its timers, a
   library's ``asyncio.sleep``) keep the real monotonic clock.
 
-Calls of racing threads meet one instant (the machine does not move its clock during a race),
-so calls may overlap: the patches stay until the last one ends.
+Calls of racing threads meet one instant (the machine does not move its clock during a race,
+but for a controlled expiry race's one move between two turns: a call that spans it keeps the
+instant it started at), so calls may overlap: the patches stay until the last one ends.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from taskboard._criteria import concurrent_claim, duplicate_token_submit
 from taskboard.boardtest._examples import SpecExamples
 from taskboard.boardtest._harness import ContractHarness, OpenBoard
 from taskboard.stateful import BoardMachine, run_parallel_state_machine
-from taskboard.stateful._hypothesis import without_explain
+from taskboard.stateful._hypothesis import without_explain, without_speed_check
 from taskboard.stateful._reports import failures_reported
 from taskboard.stateful._session_options import session_run
 from taskboard.stateful._settings import SETTINGS
@@ -105,7 +105,8 @@ class BoardContract(SpecExamples):
         """SPEC 6: BoardMachine finds no divergence from the model (depth from the profile)."""
         machine = self._machine_class("Machine")
         given = self.machine_settings or settings()
-        with session_run(machine, without_explain(given)) as chosen, failures_reported(machine):
+        run_settings = without_speed_check(without_explain(given))
+        with session_run(machine, run_settings) as chosen, failures_reported(machine):
             run_state_machine_as_test(machine, settings=chosen)
 
     def test_parallel_histories_are_linearizable(self) -> None:
@@ -115,7 +116,7 @@ class BoardContract(SpecExamples):
         given = self.parallel_settings or settings(
             profile, max_examples=min(50, profile.max_examples)
         )
-        with session_run(machine, given) as chosen:
+        with session_run(machine, without_speed_check(given)) as chosen:
             run_parallel_state_machine(machine, settings=chosen)
 
     def test_concurrent_claims_have_exactly_one_winner(self, open_board: OpenBoard) -> None:

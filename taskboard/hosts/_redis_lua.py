@@ -25,6 +25,7 @@ _COLUMNS = (
     "seq",  # hash: task id -> seq
     "issued",  # hash: task id -> the greatest fence ever issued for it; never reset or lowered
     "tokens",  # set: every token ever issued by this board, for any task; never pruned
+    "clock",  # string: the latest instant (microseconds) a script ran at, with an injected clock
 )
 
 #: The line of :data:`_PRELUDE` that picks the fence scheme: a board with ``fences="time"``
@@ -39,6 +40,7 @@ _TIME_FENCES = "local TIME_FENCES = true  -- fences='time'"
 _PRELUDE = """
 local STATE, TITLE, DEPS, OWNER, TOKEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local FENCE, UNTIL, SEQ, ISSUED, TOKENS = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local CLOCK = KEYS[11]
 local TIME_FENCES = false  -- fences='counter'
 
 -- a < b for canonical decimal integers (an optional '-', no leading zeros), exact at any size
@@ -197,33 +199,10 @@ redis.call('HDEL', UNTIL, id)
 return {'ok'}
 """
 
-# An injected clock: the Python side reads it and passes now and until as ARGV.
-# ARGV: id, agent, now, until ("" = no expiry), a fresh token.
-_CLAIM = (
-    """
-local id, agent, now, until_, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]"""
-    + _CLAIM_BODY
-)
-# ARGV: id, token, now, until ("" = no expiry).
-_RENEW = (
-    """
-local id, token, now, until_ = ARGV[1], ARGV[2], ARGV[3], ARGV[4]"""
-    + _RENEW_BODY
-)
-# ARGV: id, token, now, the new state.
-_FINISH = (
-    """
-local id, token, now, new_state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]"""
-    + _FINISH_BODY
-)
-
-# ``clock="server"``: now is Redis TIME, read inside the script (Redis 7 replicates a
-# script's effects, not the script, so a non-deterministic command is allowed anywhere in
-# it). TIME is the server's real time when called, while Redis's own key expiry is frozen
-# at the script's start; these scripts use only TIME. The Python side passes the TTL as
-# integer microseconds ("" = no expiry) and the script adds it to now as decimal strings,
-# exactly, so the until it stores (and returns) is exactly now + ttl.
-_SERVER_CLOCK = """
+# The until of a claim or renew at an instant: used by both clocks. The Python side passes
+# the TTL as integer microseconds ("" = no expiry), and the script adds it to now as decimal
+# strings, exactly, so the until it stores (and returns) is exactly now + ttl.
+_UNTIL_AT = """
 -- a + b for canonical non-negative decimal integers, exact at any size
 local function add(a, b)
   local digits, carry, i, j = {}, 0, #a, #b
@@ -244,6 +223,52 @@ local function until_at(now, ttl)
   return add(now, ttl)
 end
 """
+
+# An injected clock: the Python side reads it and passes now (and until) as ARGV, before
+# the script runs. Two calls can then arrive out of order: a renew that read the time just before a
+# lease's until runs after another call has found that lease expired, and would revive it
+# (SPEC 3.5; the race of a PostgreSQL board that reads now() before its row lock). The
+# store's time never goes back instead: a script that gets an instant older than the latest
+# one a script ran at runs at that latest instant (instants before 1970 are taken as given).
+_STORE_NOW = """
+-- the instant a script runs at, and whether it is later than the one the call read
+local function store_now(now)
+  local latest = redis.call('GET', CLOCK)
+  if latest and string.sub(latest, 1, 1) ~= '-' and less(now, latest) then
+    return latest, true
+  end
+  redis.call('SET', CLOCK, now)
+  return now, false
+end
+"""
+# ARGV: id, agent, now, until ("" = no expiry), a fresh token, ttl (microseconds, "" = none).
+_CLAIM = (
+    """
+local id, agent, token = ARGV[1], ARGV[2], ARGV[5]
+local now, raised = store_now(ARGV[3])
+local until_ = raised and until_at(now, ARGV[6]) or ARGV[4]"""
+    + _CLAIM_BODY
+)
+# ARGV: id, token, now, until ("" = no expiry), ttl (microseconds, "" = none).
+_RENEW = (
+    """
+local id, token = ARGV[1], ARGV[2]
+local now, raised = store_now(ARGV[3])
+local until_ = raised and until_at(now, ARGV[5]) or ARGV[4]"""
+    + _RENEW_BODY
+)
+# ARGV: id, token, now, the new state.
+_FINISH = (
+    """
+local id, token, new_state = ARGV[1], ARGV[2], ARGV[4]
+local now = store_now(ARGV[3])"""
+    + _FINISH_BODY
+)
+
+# ``clock="server"``: now is Redis TIME, read inside the script (Redis 7 replicates a
+# script's effects, not the script, so a non-deterministic command is allowed anywhere in
+# it). TIME is the server's real time when called, while Redis's own key expiry is frozen
+# at the script's start; these scripts use only TIME.
 # ARGV: id, agent, ttl (microseconds, "" = no expiry), a fresh token.
 _SERVER_CLAIM = (
     """
@@ -271,7 +296,7 @@ local now = server_now()"""
 #: The Lua source of every script, by name, for an injected clock; both boards register
 #: these same scripts.
 SCRIPTS = {
-    name: _PRELUDE + body
+    name: _PRELUDE + _UNTIL_AT + _STORE_NOW + body
     for name, body in (
         ("insert", _INSERT),
         ("list", _LIST),
@@ -283,7 +308,7 @@ SCRIPTS = {
 
 #: The Lua source of every script, by name, for ``clock="server"`` (time from Redis TIME).
 SERVER_SCRIPTS = {
-    name: _PRELUDE + _SERVER_CLOCK + body
+    name: _PRELUDE + _UNTIL_AT + body
     for name, body in (
         ("insert", _INSERT),
         ("list", _LIST),

@@ -272,19 +272,21 @@ class _Core:
         return SERVER_SCRIPTS if isinstance(self._clock, str) else SCRIPTS
 
     # Each *_args matches its script's ARGV: an injected clock is read here, once, just
-    # before the script runs; with clock="server" the script reads TIME and gets the TTL.
+    # before the script runs (the script runs at the latest instant the store has seen, if
+    # that is later); with clock="server" the script reads TIME. Both get the TTL.
 
     def _claim_args(self, task_id: str, agent: str, request: ClaimRequest) -> list[str]:
         if isinstance(self._clock, str):  # "server"
             return [task_id, agent, _ttl(request.ttl), secrets.token_hex(16)]
         now = _micros(self._clock.now())
-        return [task_id, agent, str(now), _until(now, request.ttl), secrets.token_hex(16)]
+        until = _until(now, request.ttl)
+        return [task_id, agent, str(now), until, secrets.token_hex(16), _ttl(request.ttl)]
 
     def _renew_args(self, task_id: str, token: str, request: ClaimRequest) -> list[str]:
         if isinstance(self._clock, str):  # "server"
             return [task_id, token, _ttl(request.ttl)]
         now = _micros(self._clock.now())
-        return [task_id, token, str(now), _until(now, request.ttl)]
+        return [task_id, token, str(now), _until(now, request.ttl), _ttl(request.ttl)]
 
     def _finish_args(self, task_id: str, token: str, state: State) -> list[str]:
         if isinstance(self._clock, str):  # "server"
@@ -316,18 +318,22 @@ class RedisBoard(_Core):
     script too: a consistent snapshot, sorted by id. The board is thread-safe:
     redis-py's connection pool hands each thread its own connection.
 
-    Time comes from exactly one place. With a :class:`~taskboard.Clock`, each
-    call reads it just before its script and passes ``now`` (and ``until``) as
-    integer microseconds since the epoch; the scripts never read Redis
-    ``TIME``. With ``clock="server"``, each claim, renew, release, complete and
-    fail script reads Redis ``TIME`` itself (microseconds) and computes
-    ``until = now + ttl`` exactly, as decimal strings; the board then never
-    reads any Python clock, as a store that keeps its own time does, and only
-    a wall-clock test (SPEC section 7) can check it. Either way ``until`` is
-    stored exactly, and compared exactly as decimal strings (Lua's numbers are
-    doubles), so :attr:`clock_resolution` is one microsecond: the ``until`` a
-    claim or renew returns is exactly the stored one, and ``until - ttl`` is
-    the instant the script ran (with ``"server"``, the server's own clock).
+    Time comes from exactly one place. With a :class:`~taskboard.Clock`, each call
+    reads it just before its script and passes ``now`` (and ``until``) as integer
+    microseconds since the epoch; the scripts never read Redis ``TIME``. Two calls
+    may reach the store in another order than they read the clock, so the store
+    keeps the latest instant a script ran at, and a script given an older one runs
+    at that latest instant: time in the store never goes back (a renew that read the
+    time before a lease's ``until`` cannot revive it after another call has found it
+    expired). With ``clock="server"``, each claim, renew, release, complete and fail
+    script reads Redis ``TIME`` itself (microseconds) and computes ``until = now +
+    ttl`` exactly, as decimal strings; the board then never reads any Python clock,
+    as a store that keeps its own time does, and only a wall-clock test (SPEC
+    section 7) can check it. Either way ``until`` is stored exactly, and compared
+    exactly as decimal strings (Lua's numbers are doubles), so
+    :attr:`clock_resolution` is one microsecond: the ``until`` a claim or renew
+    returns is exactly the stored one, and ``until - ttl`` is the instant the script
+    ran (with ``"server"``, the server's own clock).
 
     Storage (keys ``taskboard:{board_id}:<column>``; the ``{board_id}`` hash tag
     puts a board's keys in one cluster slot): one hash per column, task id to
@@ -339,7 +345,8 @@ class RedisBoard(_Core):
     set of every token ever issued, which the claim script checks, so a token
     is never minted twice, for any task, not just unlikely to be. Tokens are
     128 random bits from :mod:`secrets`, drawn anew if already issued; nothing
-    about them derives from the agent or the task.
+    about them derives from the agent or the task. With an injected clock,
+    ``clock`` holds the latest instant a script ran at.
 
     Fences: by default (``fences="counter"``) a claim's fence is one above
     ``issued``, the greatest fence issued for the task. On a server that may lose

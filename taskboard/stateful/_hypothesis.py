@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import hypothesis
-from hypothesis import Phase, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 from hypothesis.errors import InvalidArgument
@@ -324,6 +324,16 @@ def without_explain(chosen: settings) -> settings:
     checks), not the board's. Hypothesis's ``default`` profile, which applies under pytest
     when no profile is loaded, runs it."""
     return settings(chosen, phases=tuple(p for p in chosen.phases if p is not Phase.explain))
+
+
+def without_speed_check(chosen: settings) -> settings:
+    """``chosen`` without Hypothesis's health check on slow generation.
+
+    A step of a machine is a round trip to the board's store, and some rules draw after one:
+    on a loaded machine, or a board in a process of its own, that check fails a correct board
+    (every taskboard profile leaves it out already)."""
+    suppressed = (*chosen.suppress_health_check, HealthCheck.too_slow)
+    return settings(chosen, suppress_health_check=suppressed)
 
 
 def seed_of(machine_cls: type) -> int | None:

@@ -21,7 +21,7 @@ import pickle
 import time
 import unittest
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from hypothesis import given, settings
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from taskboard._contract import Board, Task
 from taskboard._driver import CallTimeoutError
 from taskboard._race import Lane, MakeCall, Preset, address_of, race_on_threads, worker_pool
-from taskboard._schedule import CHANGE_POINT_SCALE, Priorities, RaceScheduler, Turn
+from taskboard._schedule import CHANGE_POINT_SCALE, CLOCK, Priorities, RaceScheduler, Turn
 from taskboard.model import (
     Call,
     ContractViolation,
@@ -39,6 +39,7 @@ from taskboard.model import (
     Operation,
     Window,
     check_history,
+    format_duration,
 )
 from taskboard.stateful._client_clocks import holders_of
 from taskboard.stateful._config import MachineConfig
@@ -94,6 +95,12 @@ MOST_CHOICES = 64
 #: statement or command: four, on the SQLite race mutants), for where PCT's change points
 #: fall.
 EXPECTED_POINTS_PER_CALL = 4
+#: How many leads an expiry race's expiry step draws from (the clock moves before turn
+#: ``lead + 1`` on the wall clock, ``lead`` on the others): on the wall clock the turns before
+#: the move must run within the lease, so few; on the manual and virtual clocks the move is
+#: exact at any turn.
+WALL_MOVE_TURNS = 4
+MOVE_TURNS = 8
 
 
 def _steps(*, in_prefix: bool, nemesis: tuple[str, ...] = ()) -> st.SearchStrategy[ProgramStep]:
@@ -106,16 +113,18 @@ def programs(
     nemesis: tuple[str, ...] = (),
     *,
     controlled: bool = False,
+    move_turns: int = WALL_MOVE_TURNS,
     exploration: str = "random",
     depth: int = 3,
 ) -> st.SearchStrategy[ParallelProgram]:
     """Programs: a prefix of up to 6 steps, then 2 to 4 threads of 1 to 4 operations each;
-    one in four is an :func:`expiry race <expiry_races>`. ``nemesis`` names the nemesis
-    steps (SPEC 9) the prefix may hold besides calls and clock moves. ``controlled``: each
-    program also has a drawn schedule for its threads: with ``exploration`` ``"random"``,
+    one in four is an :func:`expiry race <expiry_races>`, whose clock moves before one of its
+    first ``move_turns`` turns under control. ``nemesis`` names the nemesis steps (SPEC 9)
+    the prefix may hold besides calls and clock moves. ``controlled``: each program also has
+    a drawn schedule for its threads: with ``exploration`` ``"random"``,
     :data:`MOST_CHOICES` choices; with ``"pct"``, PCT's priorities and ``depth - 1`` change
     points (see :class:`~taskboard._schedule.Priorities`)."""
-    drawn = _programs(nemesis)
+    drawn = _programs(nemesis, move_turns if controlled else WALL_MOVE_TURNS)
     if not controlled:
         return drawn
     if exploration == "pct":
@@ -139,7 +148,7 @@ def _prioritized(
     return dataclasses.replace(program, schedule=(), pct=Priorities(ranks, changes, expected))
 
 
-def _programs(nemesis: tuple[str, ...]) -> st.SearchStrategy[ParallelProgram]:
+def _programs(nemesis: tuple[str, ...], move_turns: int) -> st.SearchStrategy[ParallelProgram]:
     general = st.builds(
         ParallelProgram,
         # Half the programs have no dependencies at all, so every task can be raced for.
@@ -147,18 +156,19 @@ def _programs(nemesis: tuple[str, ...]) -> st.SearchStrategy[ParallelProgram]:
         st.lists(_steps(in_prefix=True, nemesis=nemesis), max_size=6).map(tuple),
         _thread_lists(),
     )
-    return st.one_of(general, general, general, expiry_races())
+    return st.one_of(general, general, general, expiry_races(move_turns))
 
 
 @st.composite
-def expiry_races(draw: st.DrawFn) -> ParallelProgram:
+def expiry_races(draw: st.DrawFn, move_turns: int = WALL_MOVE_TURNS) -> ParallelProgram:
     """A short lease on one task, the clock moved to its expiry, then threads that take over,
     renew, complete or release it at once: a renew or complete that checks the lease and
     writes in two steps lets a takeover land in between, which only a race at the boundary
-    shows (on the wall clock, the threads run across it)."""
+    shows. Under control the clock crosses the until between two turns (the expiry step's
+    lead, below ``move_turns``, says which; see :func:`_expiry_crossing`)."""
     task = TASK_IDS[0]
     claim = ClaimStep(task, draw(st.sampled_from(AGENTS)), 1)
-    expiry = ExpiryStep(task, draw(st.integers(0, 3)))
+    expiry = ExpiryStep(task, draw(st.integers(0, move_turns - 1)))
     ticks = st.sampled_from((1, 5))
     claims = st.builds(ClaimStep, st.just(task), st.sampled_from(AGENTS), ticks)
 
@@ -231,6 +241,7 @@ def run_parallel_state_machine(
     drawn = programs(
         config.nemesis,
         controlled=controlled,
+        move_turns=WALL_MOVE_TURNS if config.wall else MOVE_TURNS,
         exploration=config.race_exploration,
         depth=config.pct_depth,
     )
@@ -359,11 +370,15 @@ def _move_into_prefix(
 Turns = tuple[Turn, ...]
 
 
+#: Where a controlled race's clock moves: before which turn, to which instant, and why.
+Crossing = tuple[int, datetime, str]
+
+
 def _run_threads(
     session: Session,
     program: ParallelProgram,
     variant: int,
-    crossing: tuple[int, datetime] | None = None,
+    crossing: Crossing | None = None,
 ) -> tuple[list[Operation], list[Any], RaceScheduler | None]:
     """The program's threads raced: the history, the snapshot after it, and the scheduler
     when the race was controlled (a schedule, and scheduling points were reached)."""
@@ -379,7 +394,7 @@ def _run_threads(
     if program.schedule is not None:
         crossed = None
         if crossing is not None:
-            crossed = (crossing[0], functools.partial(session.clock_to, crossing[1]))
+            crossed = (crossing[0], functools.partial(_move, session, *crossing[1:]))
         scheduler = RaceScheduler(
             len(makers), program.schedule, variant=variant, crossing=crossed, pct=program.pct
         )
@@ -390,20 +405,38 @@ def _run_threads(
     return history, snapshot, scheduler if seen else None
 
 
+def _move(session: Session, target: datetime, why: str) -> str:
+    """Move the clock to ``target`` in the middle of a race; the interleaving's line of it."""
+    session.clock_to(target)
+    return f"{'sleeps until' if session.wall else 'jumps to'} {why}, {target.isoformat()}"
+
+
 def _expiry_crossing(
     session: Session, program: ParallelProgram, step: ProgramStep
-) -> tuple[int, datetime] | None:
-    """For a controlled program on the wall clock whose prefix ends with ``step``, an
-    :class:`ExpiryStep`: its threads cross the lease's until, not at a lead of real time
-    (lining up the threads takes longer than that), but at a turn: before turn ``lead + 1``
-    the race sleeps until just past the until. None for any other program."""
-    if program.schedule is None or not session.wall or not isinstance(step, ExpiryStep):
+) -> Crossing | None:
+    """For a controlled program whose prefix ends with ``step``, an :class:`ExpiryStep`: the
+    turn before which its threads' clock crosses the lease's until, where to, and why.
+
+    On the wall clock the threads cross it not at a lead of real time (lining up the threads
+    takes longer than that) but at a turn: before turn ``lead + 1`` the race sleeps until
+    just past the until. On the manual and virtual clocks a step of ``lead`` 0 has already
+    landed at the until (the whole race runs past it, no move); one of ``lead`` 1 or more
+    landed one tick before it, and before turn ``lead`` (from 0: the first thread's start
+    runs before it) the clock jumps to exactly the until, so the turns before it run while
+    the lease is live and those after once it has ended. None for any other program."""
+    if program.schedule is None or not isinstance(step, ExpiryStep):
         return None
     task = session.model.task(step.task)
     lease = task.lease if task is not None else None
     if lease is None or lease.until is None:
         return None
-    return step.lead + 1, lease.until + session.config.past_until
+    label = session.label(lease.token)
+    if session.wall:
+        past = session.config.past_until
+        return step.lead + 1, lease.until + past, f"{format_duration(past)} past {label}'s until"
+    if step.lead == 0 or lease.until <= session.clock.now():
+        return None
+    return step.lead, lease.until, f"exactly {label}'s until"
 
 
 def _race_timeout(session: Session, makers: Sequence[Sequence[Any]]) -> tuple[float, str]:
@@ -446,7 +479,8 @@ def _race_threads(
         snapshot = session.snapshot(None)
     finally:
         session.close_clients(clients)
-    return _history(session, lanes), snapshot
+    moved = scheduler is not None and scheduler.crossed
+    return _history(session, lanes, timed=session.wall or moved), snapshot
 
 
 def _thread_call(session: Session, step: ProgramStep, mine: Mapping[str, str]) -> Call:
@@ -483,13 +517,19 @@ def _run_processes(
     if not all(lane.finished for lane in lanes):
         hung = CallTimeoutError(f"the worker processes' calls did not return {within}")
         session.fail_with_fault(hung, None, "the worker processes")
-    return _history(session, lanes), session.snapshot(None)
+    return _history(session, lanes, timed=session.wall), session.snapshot(None)
 
 
-def _history(session: Session, lanes: Sequence[Lane]) -> list[Operation]:
+def _history(session: Session, lanes: Sequence[Lane], *, timed: bool = False) -> list[Operation]:
     """The race's calls as a history, thread by thread, numbered in the order they returned.
-    On the wall clock each call has its window; an ambiguous call's reaches to the end of the
-    race, as it may take effect until then."""
+
+    ``timed`` (on the wall clock, or when the clock moved during a controlled race): each
+    call has its window, the clock's readings around it (on the wall clock widened by the
+    skew); an ambiguous call's reaches to the end of the race, as it may take effect until
+    then. Around a move of the manual or virtual clock, a call made wholly before it has the
+    window of one instant, the clock before, one made after it the instant after, and one
+    that spans it both: it took effect at one or the other."""
+    skew = session.skew if session.wall else timedelta(0)
     ended = session.clock.now()
     made = [(thread, record) for thread, lane in enumerate(lanes) for record in lane.made]
     by_return = sorted(range(len(made)), key=lambda i: made[i][1].returned)
@@ -498,9 +538,9 @@ def _history(session: Session, lanes: Sequence[Lane]) -> list[Operation]:
     for position, (thread, record) in enumerate(made):
         outcome = None if record.ambiguous else record.outcome
         window = None
-        if session.wall and record.started is not None and record.ended is not None:
+        if timed and record.started is not None and record.ended is not None:
             until = ended if outcome is None else record.ended
-            window = Window.around(record.started, until, session.skew)
+            window = Window.around(record.started, until, skew)
         returned = math.inf if outcome is None else record.returned
         call, invoked = record.call, record.invoked
         history.append(Operation(ids[position], thread, call, outcome, invoked, returned, window))
@@ -527,11 +567,7 @@ def _report(
         "allowed by the contract",
         "",
         "  clause    SPEC 3 and 5: every operation is atomic (linearizable), "
-        + (
-            "each at an instant of its window on the wall clock (SPEC 7)"
-            if session.wall
-            else f"at clock {session.clock.now().isoformat()}"
-        ),
+        + _when(session, turns),
         "  longest order found: "
         + (" -> ".join(f"#{i}" for i in result.order) or "(none: no call can go first)"),
         "  cannot come next:",
@@ -544,12 +580,14 @@ def _report(
     if config.processes:
         each = ", each in a process of its own, on its own client (SPEC 8)"
     lines += ["", f"per thread{each} (times in microseconds from the first invocation):"]
+    moved = not session.wall and any(turn.agent == CLOCK for turn in turns)
     for thread in sorted({op.thread for op in history}):
         lines.append(f"  {lane_name(thread, clients)}:")
         for op in sorted((o for o in history if o.thread == thread), key=lambda o: o.invoked):
             mark = "!!" if op.id in result.stuck else "  "
             span = f"[{micros_text(op.invoked - start)}..{micros_text(op.returned - start)}]"
-            lines.append(f"   {mark} #{op.id} {span:<24} {_describe(op, session)}")
+            side = _side(op, session) if moved else ""
+            lines.append(f"   {mark} #{op.id} {span:<24} {_describe(op, session)}{side}")
     lines += _interleaving(history, turns, clients)
     if turns and program.explored:
         lines.append(f"  (found by {program.explored})")
@@ -561,14 +599,37 @@ def _report(
     return Report(verdict, None, tuple(session.trace), recording)
 
 
+def _when(session: Session, turns: Turns) -> str:
+    """When the report's clause says each call took effect."""
+    if session.wall:
+        return "each at an instant of its window on the wall clock (SPEC 7)"
+    now = session.clock.now().isoformat()
+    if any(turn.agent == CLOCK for turn in turns):
+        return f"each at the clock's instant before or after its move to {now} (see below)"
+    return f"at clock {now}"
+
+
+def _side(op: Operation, session: Session) -> str:
+    """Which side of a mid-race move of the manual or virtual clock a call was made on."""
+    if op.window is None:
+        return ""
+    if op.window.width:
+        return "  (across the clock's move)"
+    after = op.window.earliest == session.clock.now()
+    return "  (after the clock's move)" if after else "  (before the clock's move)"
+
+
 def _turns(history: Sequence[Operation], turns: Turns, clients: bool) -> list[str]:
     """A controlled race's turns, one line each: which thread went on, in which of its calls
-    (its id in the history), from which round trip."""
+    (its id in the history), from which round trip; or where the clock moved."""
     calls: dict[tuple[int, int], int] = {}
     for op in history:  # in each thread's order of calls
         calls[(op.thread, sum(1 for key in calls if key[0] == op.thread))] = op.id
     lines = []
     for turn in turns:
+        if turn.agent == CLOCK:
+            lines.append(f"clock {turn.point}")
+            continue
         call = calls.get((turn.agent, turn.call))
         where = f"#{call}" if call is not None else f"call {turn.call + 1}"
         again = " (again: the store was busy)" if turn.again else ""

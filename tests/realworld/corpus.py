@@ -10,6 +10,9 @@ Run the whole corpus by hand (it prints the table of ``docs/real-bugs.md``)::
 
     TASKBOARD_REDIS_URL=redis://127.0.0.1:6379/0 python -m tests.realworld.corpus [--deep]
     python -m tests.realworld.corpus --virtual   # every entry in virtual mode (no server URL)
+
+A *race* entry (``options`` with ``--parallel``) runs parallel programs under controlled
+scheduling: its trace holds the program, and :mod:`tests.realworld.replays` replays it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "default_cache",
     "fuzz",
     "install",
+    "replays",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +71,7 @@ class Entry:
     shrink_budget: str = "20s"
     #: Slow enough to stay out of CI (``pytest -m deep``).
     deep: bool = False
-    #: Extra ``taskboard fuzz`` options.
+    #: Extra ``taskboard fuzz`` options (in wall and virtual mode).
     options: tuple[str, ...] = field(default=())
     #: The distribution of the fixed release when the project was renamed in between
     #: (superagentic → fleetwright); empty: ``dist``.
@@ -80,6 +84,14 @@ class Entry:
     #: Why the entry stays in wall mode (``virtual_examples`` 0); empty for every entry
     #: that runs in virtual mode.
     wall_only: str = ""
+    #: A race entry's hand-written program (a name in :mod:`tests.realworld.replays`): the
+    #: race as the bug report tells it, which the buggy release fails on every run.
+    race_program: str = ""
+
+    @property
+    def races(self) -> bool:
+        """A race entry: parallel programs only (``--parallel`` among its options)."""
+        return "--parallel" in self.options
 
     @property
     def virtual_target(self) -> str:
@@ -205,6 +217,21 @@ CORPUS: tuple[Entry, ...] = (
         virtual_examples=100,
     ),
     Entry(
+        "redis-py-pipeline-lock-release-race",
+        "tests.realworld.redis_py_watch:board",
+        "redis",
+        buggy="2.10.6",
+        fixed="3.0.0",
+        redis=True,
+        seed=1,
+        options=("--parallel", "--race-scheduling", "controlled"),
+        virtual_examples=150,
+        race_program="RELEASE_ACROSS_EXPIRY",
+        # The lock must expire between two commands of a release: the virtual clock moves
+        # there as a turn of the race; on the wall clock only luck would put it there.
+        virtual_only=True,
+    ),
+    Entry(
         "python-redis-lock-extend-zero",
         "tests.realworld.python_redis_lock_extend:board",
         "python-redis-lock",
@@ -287,14 +314,33 @@ class FuzzResult:
 
     @property
     def shrunk_steps(self) -> int | None:
-        """Steps in the trace file written, or ``None`` if there is none."""
+        """Steps in the trace file written (a parallel program's calls, its prefix's steps
+        included), or ``None`` if there is none."""
         if self.trace_file is None:
             return None
-        return len(json.loads(self.trace_file.read_text())["steps"])
+        trace = json.loads(self.trace_file.read_text())
+        program = trace.get("program")
+        if program:
+            return len(program["prefix"]) + sum(map(len, program["threads"]))
+        return len(trace["steps"])
+
+    @property
+    def shrunk_threads(self) -> int | None:
+        """The threads of the parallel program in the trace file; ``None`` without one."""
+        if self.trace_file is None:
+            return None
+        program = json.loads(self.trace_file.read_text()).get("program")
+        return len(program["threads"]) if program else None
 
     @property
     def examples(self) -> int | None:
         found = re.search(r"(\d[\d,]*) examples?", self.output)
+        return None if found is None else int(found.group(1).replace(",", ""))
+
+    @property
+    def program_runs(self) -> int | None:
+        """Runs of parallel programs (what ``--max-examples`` counts with ``--parallel``)."""
+        found = re.search(r"(\d[\d,]*) parallel program runs?", self.output)
         return None if found is None else int(found.group(1).replace(",", ""))
 
 
@@ -363,6 +409,21 @@ def fuzz(
     )
 
 
+def replays(target: str, libdir: Path, what: str | Path, runs: int = 10) -> int:
+    """How many of ``runs`` runs fail, in one subprocess with ``libdir`` first on its path:
+    replays of the trace file ``what``, or runs of the program of that name in
+    :mod:`tests.realworld.replays`."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(libdir), str(REPO_ROOT)])}
+    env.pop("PYTHONSAFEPATH", None)
+    command = [sys.executable, "-m", "tests.realworld.replays", target, str(what), str(runs)]
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, check=True
+    )
+    found = re.search(r"failed (\d+) of", done.stdout)
+    assert found is not None, done.stdout + done.stderr
+    return int(found.group(1))
+
+
 def _row(entry: Entry, caught: FuzzResult, passed: FuzzResult) -> str:
     verdict = "caught" if caught.violation and passed.returncode == 0 else "NOT REPRODUCED"
     return (
@@ -388,6 +449,7 @@ def _print_virtual_row(entry: Entry, workdir: Path, seed: int) -> None:
             seed=seed,
             max_examples=entry.virtual_examples,
             shrink_budget=entry.shrink_budget,
+            options=entry.options,
             clock="virtual",
         )
         for version in (entry.buggy, entry.fixed)

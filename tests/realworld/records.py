@@ -11,13 +11,21 @@ The board hands out its own tokens (128 random bits) and maps each to the librar
 except to reject a token it never issued for that task: a stale token still reaches the
 library, so a library that honours a stale release shows.
 
-Sequential wall mode only: the records live in this process and nothing is locked around
-them. Time is the library's (``make_board``'s clock is ignored).
+The records live in this process. Racing threads (a controlled race, ``race_scheduling =
+"controlled"``) may call one board: each operation checks the record first, asks the
+library, and then, under a lock of its own, writes the record from what it holds now (its
+seq, its fence), so that the library's order decides and the records follow it; a claim
+that finds the task done by then gives its lock back. Under control a thread's last round
+trip and its write run in one turn, so the records are exact; threads the operating system
+interleaves may still write between another's round trip and its record. Time is the
+library's (``make_board``'s clock is ignored).
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -156,6 +164,8 @@ class RecordBoard:
             self._records[task.id] = _Record(replace(task, owner=""))
             self._fences[task.id] = 0
         self._closed = False
+        #: Held while a record is read and written after the library answered.
+        self._books = threading.Lock()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self._records)} tasks, {self.driver!r})"
@@ -195,16 +205,24 @@ class RecordBoard:
             raise TakenError(f"the library says {task_id!r} is locked")
         until = self.driver.until(handle, request.ttl) if request.ttl else None
         token = secrets.token_hex(16)
-        self._issued[task_id, token] = handle
-        self._fences[task_id] += 1
-        claimed = replace(
-            task,
-            state=State.CLAIMED,
-            owner=agent,
-            lease=Lease(token, self._fences[task_id], until),
-            seq=task.seq + 1,
-        )
-        self._records[task_id] = _Record(claimed, handle)
+        with self._books:
+            task = self._records[task_id].task  # as it is now: another thread may have acted
+            done = task.state == State.DONE
+            if not done:
+                self._issued[task_id, token] = handle
+                self._fences[task_id] += 1
+                claimed = replace(
+                    task,
+                    state=State.CLAIMED,
+                    owner=agent,
+                    lease=Lease(token, self._fences[task_id], until),
+                    seq=task.seq + 1,
+                )
+                self._records[task_id] = _Record(claimed, handle)
+        if done:  # completed while we took the lock: give it back
+            with contextlib.suppress(Refused):
+                self.driver.release(handle)
+            raise TerminalError(f"task {task_id!r} is done")
         return claimed
 
     def release(self, task_id: str, token: str) -> None:
@@ -225,8 +243,10 @@ class RecordBoard:
             self.driver.release(handle)
         except Refused as exc:
             raise LeaseLostError(f"the library refused to release {task_id!r}: {exc}") from exc
-        finished = replace(task, state=state, owner="", lease=None, seq=task.seq + 1)
-        self._records[task_id] = _Record(finished)
+        with self._books:
+            task = self._records[task_id].task
+            finished = replace(task, state=state, owner="", lease=None, seq=task.seq + 1)
+            self._records[task_id] = _Record(finished)
 
     def _handle(self, task: Task, token: str) -> Any:
         if task.state != State.CLAIMED:
@@ -257,11 +277,16 @@ class RenewingRecordBoard(RecordBoard):
             self.driver.extend(handle, request.ttl)
         except Refused as exc:
             raise LeaseLostError(f"the library refused to renew {task_id!r}: {exc}") from exc
-        lease = record.task.lease
-        assert lease is not None
         until = self.driver.until(handle, request.ttl) if request.ttl else None
-        renewed = replace(record.task, lease=replace(lease, until=until), seq=record.task.seq + 1)
-        self._records[task_id] = _Record(renewed, record.handle)
+        with self._books:
+            now = self._records[task_id]
+            if now.task.lease is not None:  # else released meanwhile: the library renewed
+                record = now  # a lock it gave up, which the answer below shows
+            task, lease = record.task, record.task.lease
+            assert lease is not None
+            renewed = replace(task, lease=replace(lease, until=until), seq=task.seq + 1)
+            if record is now:
+                self._records[task_id] = _Record(renewed, record.handle)
         return renewed
 
 

@@ -30,6 +30,7 @@ from tests.realworld.corpus import (
     default_cache,
     fuzz,
     install,
+    replays,
 )
 
 pytestmark = pytest.mark.slow
@@ -136,6 +137,7 @@ def test_virtual_mode_catches_the_buggy_release_and_passes_the_fixed(
         seed=entry.seed,
         max_examples=entry.virtual_examples,
         shrink_budget=entry.shrink_budget,
+        options=entry.options,
         clock="virtual",
         timeout=120,
     )
@@ -144,4 +146,41 @@ def test_virtual_mode_catches_the_buggy_release_and_passes_the_fixed(
         assert result.shrunk_steps, _described(result)
     else:
         assert result.returncode == 0, _described(result)
-        assert result.examples == entry.virtual_examples, _described(result)
+        ran = result.program_runs if entry.races else result.examples
+        assert ran == entry.virtual_examples, _described(result)
+
+
+def _race_params() -> list[object]:
+    return [pytest.param(entry, id=entry.name) for entry in CORPUS if entry.race_program]
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("entry", _race_params())
+def test_a_race_entry_shrinks_to_two_agents_and_replays_exactly(
+    entry: Entry, lib_cache: Path, tmp_path: Path
+) -> None:
+    """A race entry's buggy release, caught under controlled scheduling on the virtual clock,
+    shrinks to two threads and its trace fails 10 replays of 10; the race as its bug report
+    tells it (a hand-written program) fails 10 runs of 10 on the buggy release and none on
+    the fixed one."""
+    if shutil.which("redis-server") is None:
+        unavailable("redis-server is not on PATH: no server to put on the virtual clock")
+    buggy = _installed(entry, entry.buggy, lib_cache)
+    result = fuzz(
+        entry.virtual_target,
+        buggy,
+        tmp_path,
+        seed=entry.seed,
+        max_examples=entry.virtual_examples,
+        shrink_budget=entry.shrink_budget,
+        options=entry.options,
+        clock="virtual",
+        timeout=120,
+    )
+    assert result.violation, _described(result)
+    assert result.trace_file is not None
+    assert result.shrunk_threads == 2, _described(result)
+    assert replays(entry.virtual_target, buggy, result.trace_file) == 10
+    assert replays(entry.virtual_target, buggy, entry.race_program) == 10
+    fixed = _installed(entry, entry.fixed, lib_cache)
+    assert replays(entry.virtual_target, fixed, entry.race_program) == 0

@@ -76,6 +76,9 @@ func main() {
 			return &fileBoard{path: storage, file: f, clock: clock, mutant: *mutant}, nil
 		},
 		Remove: os.Remove,
+		// Each call is one flock transaction, but for the claim-atomic-in-process mutant's
+		// claim, which marks the point between its two.
+		YieldPoints: true,
 	})
 }
 
@@ -210,6 +213,8 @@ func (b *fileBoard) Claim(ctx context.Context, id taskboard.TaskID, agent taskbo
 		if err := b.locked(func(s *stored) (bool, error) { return false, admit(s, id, agent, now) }); err != nil {
 			return got, err
 		}
+		// Another process's call may come in here: a point the checker can schedule.
+		protocol.YieldPoint(ctx, "claim checked, not yet written")
 		return got, b.locked(func(s *stored) (bool, error) { got = b.grant(s, id, agent, req, now); return true, nil })
 	}
 	err := b.locked(func(s *stored) (bool, error) {
