@@ -4,8 +4,10 @@ For each race mutant (taskboard.hosts.race_mutants; with TASKBOARD_POSTGRES_URL 
 taskboard.hosts.postgres_race_mutants, on the wall clock; with ``--virtual``, those again on a
 throwaway PostgreSQL on the checker's clock, taskboard.servers.Postgres, controlled only) and
 each seed, the parallel mode
-runs twice: with ``race_scheduling = "os"`` (threads as the operating system runs
-them) and ``"controlled"`` (one thread at a time at the storage round trips, as drawn). It
+runs in each of ``--modes``: ``race_scheduling = "os"`` (threads as the operating system runs
+them) and ``"controlled"`` (one thread at a time at the storage round trips, as drawn), the
+latter once per exploration of ``--exploration``: ``random`` (a drawn choice at each point)
+and ``pctD`` (``race_exploration = "pct"``, ``pct_depth = D``). It
 prints, per mode, how many seeds caught the race, the median programs (Hypothesis examples)
 and seconds to the first violation, the size of the shrunk program (threads, calls), and how
 many of ``--replays`` replays of its trace fail on their first run of the program.
@@ -20,7 +22,8 @@ PostgresBoard on its server's clock, on the wall clock, when TASKBOARD_POSTGRES_
 runs ``--max-examples`` controlled programs per seed: the false alarms must be zero.
 
     python benchmarks/bench_races.py [--seeds 5] [--max-examples 200] [--replays 10] [--only NAME]
-        [--modes os,controlled] [--exec NAME=COMMAND ...] [--virtual]
+        [--modes os,controlled] [--exploration random,pct1,pct2,pct3]
+        [--exec NAME=COMMAND ...] [--virtual]
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.stateful import (
     BoardMachine,
     ContractViolation,
+    InfrastructureFault,
     _parallel,
     replay_trace,
     run_parallel_state_machine,
@@ -60,6 +64,32 @@ from taskboard.stateful._steps import ParallelProgram
 
 MODES = ("os", "controlled")
 US = timedelta(microseconds=1)
+
+
+def mode_settings(mode: str) -> dict[str, Any]:
+    """The machine settings of a mode: ``os``, or a controlled exploration: ``random``
+    (``controlled`` is the same) or ``pct1`` ... ``pct9``."""
+    if mode == "os":
+        return {"race_scheduling": "os"}
+    if mode in ("random", "controlled"):
+        return {"race_scheduling": "controlled", "race_exploration": "random"}
+    if mode.startswith("pct") and mode[3:].isdigit():
+        depth = int(mode[3:])
+        return {"race_scheduling": "controlled", "race_exploration": "pct", "pct_depth": depth}
+    raise SystemExit(f"--exploration: unknown {mode!r} (random, pct1, pct2, ...)")
+
+
+def labels(modes: str, explorations: str) -> list[str]:
+    """The modes to run: each of ``modes``, ``controlled`` once per exploration."""
+    chosen = []
+    for mode in (m.strip() for m in modes.split(",") if m.strip()):
+        if mode == "controlled":
+            chosen += [e.strip() for e in explorations.split(",") if e.strip()]
+        else:
+            chosen.append(mode)
+    for mode in chosen:
+        mode_settings(mode)  # an unknown one stops the run before it starts
+    return chosen
 
 
 @dataclass
@@ -96,13 +126,17 @@ class Race:
     modes: tuple[str, ...] = MODES
 
     def machine(self, mode: str, directory: Path) -> Any:
-        """The machine that races it with ``race_scheduling = mode``."""
+        """The machine that races it in ``mode`` (see :func:`mode_settings`)."""
         if self.command:
-            return BoardMachine.for_command(self.command, race_scheduling=mode)
+            return BoardMachine.for_command(self.command, **mode_settings(mode))
         factory = self.factory(directory)
         return BoardMachine.for_board(
-            factory, race_scheduling=mode, trace_target="", **self.attributes
+            factory, trace_target="", **mode_settings(mode), **self.attributes
         )
+
+    def runs_in(self, mode: str) -> bool:
+        """True when it races in ``mode`` (an exploration is the controlled mode)."""
+        return ("os" if mode == "os" else "controlled") in self.modes
 
 
 def races(commands: Sequence[str], directory: Path, virtual: Any = None) -> list[Race]:
@@ -184,6 +218,12 @@ def run(
     _parallel.run_program = counted  # type: ignore[assignment]
     try:
         run_parallel_state_machine(seed(run_seed)(machine), settings=run_settings)
+    except InfrastructureFault as fault:
+        # A hung race (a loaded machine, a lock wait): this seed did not catch the race.
+        print(
+            f"    seed {run_seed} {mode}: not caught: {str(fault).splitlines()[0]}", file=sys.stderr
+        )
+        return None
     except ContractViolation as caught:
         recorded = [
             v.recording
@@ -209,9 +249,13 @@ def median(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.3g}" if values else "-"
 
 
-def false_alarms(seeds: int, max_examples: int, directory: Path, virtual: Any = None) -> list[str]:
-    """Each correct reference host under control: one line each, with its false alarms."""
-    hosts: list[tuple[str, Any]] = [("SQLiteBoard", files(SQLiteBoard, directory / "ok"))]
+def false_alarms(
+    seeds: int, max_examples: int, directory: Path, virtual: Any = None, mode: str = "random"
+) -> list[str]:
+    """Each correct reference host under control, with the exploration ``mode``: one line
+    each, with its false alarms."""
+    files_of_mode = files(SQLiteBoard, directory / f"ok-{mode}")
+    hosts: list[tuple[str, Any]] = [("SQLiteBoard", files_of_mode)]
     hosts.append(("MemoryBoard", MemoryBoard))
     url = os.environ.get("TASKBOARD_REDIS_URL")
     if url:
@@ -244,9 +288,9 @@ def false_alarms(seeds: int, max_examples: int, directory: Path, virtual: Any = 
             wall = {"clock_mode": "virtual", "server": virtual, "clock_resolution": US}
         for run_seed in range(seeds):
             if isinstance(factory, str):
-                machine = BoardMachine.for_command(factory, race_scheduling="controlled")
+                machine = BoardMachine.for_command(factory, **mode_settings(mode))
             else:
-                machine = BoardMachine.for_board(factory, race_scheduling="controlled", **wall)
+                machine = BoardMachine.for_board(factory, **mode_settings(mode), **wall)
             try:
                 run_parallel_state_machine(
                     seed(run_seed)(machine),
@@ -257,7 +301,7 @@ def false_alarms(seeds: int, max_examples: int, directory: Path, virtual: Any = 
         seconds = time.perf_counter() - started
         lines.append(
             f"  {name}: {alarms} false alarms in {seeds} x {max_examples} controlled programs "
-            f"({seconds:.1f} s)"
+            f"({mode}, {seconds:.1f} s)"
         )
     return lines
 
@@ -273,6 +317,11 @@ def main() -> None:
     parser.add_argument("--only", default="", help="measure only the races whose name has this")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: os,controlled")
     parser.add_argument(
+        "--exploration",
+        default="random",
+        help="the controlled mode's explorations, comma-separated: random, pct1, pct2, ...",
+    )
+    parser.add_argument(
         "--exec",
         action="append",
         default=[],
@@ -285,6 +334,7 @@ def main() -> None:
         help="also the PostgreSQL races and host on a throwaway server on the checker's clock",
     )
     args = parser.parse_args()
+    labels(args.modes, args.exploration)  # an unknown exploration stops the run here
     with contextlib.ExitStack() as stack:
         virtual = None
         if args.virtual:
@@ -304,7 +354,7 @@ def measure(args: argparse.Namespace, virtual: Any) -> None:
             f"{args.replays}"
         )
         for race in (r for r in races(args.exec, directory, virtual) if args.only in r.name):
-            for mode in (m for m in args.modes.split(",") if m in race.modes):
+            for mode in (m for m in labels(args.modes, args.exploration) if race.runs_in(m)):
                 catches = [
                     catch
                     for s in range(args.seeds)
@@ -321,8 +371,10 @@ def measure(args: argparse.Namespace, virtual: Any) -> None:
                 )
         if args.controls:
             print("correct boards under controlled scheduling:")
-            for line in false_alarms(args.seeds, args.controls, directory, virtual):
-                print(line)
+            explorations = [m for m in labels(args.modes, args.exploration) if m != "os"]
+            for mode in explorations or ["random"]:
+                for line in false_alarms(args.seeds, args.controls, directory, virtual, mode):
+                    print(line)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from taskboard.stateful._command import EXEC_PREFIX
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._replay import missing_nemesis, replay_trace
 from taskboard.stateful._reports import InfrastructureFault, refused_allowed_claim
-from taskboard.stateful._settings import RACE_SCHEDULING
+from taskboard.stateful._settings import MOST_PCT_DEPTH, RACE_EXPLORATION, RACE_SCHEDULING
 from taskboard.stateful._tracefile import (
     TRACE_DIR_ENV,
     TraceFileError,
@@ -177,6 +177,22 @@ def _parser() -> argparse.ArgumentParser:
         "operating system runs them; 'controlled', one at a time at their round trips to the "
         "store, in an order drawn, shrunk and replayed exactly (default: the machine's "
         "race_scheduling, os)",
+    )
+    fuzz_cmd.add_argument(
+        "--race-exploration",
+        choices=RACE_EXPLORATION,
+        help="with controlled scheduling, how the drawn data picks who goes on at each round "
+        "trip: 'random', a drawn choice each; 'pct', drawn priorities (the highest that may "
+        "go on goes on) and --pct-depth - 1 drawn change points (default: the machine's "
+        "race_exploration, random)",
+    )
+    fuzz_cmd.add_argument(
+        "--pct-depth",
+        type=int,
+        metavar="D",
+        help=f"with --race-exploration pct: the depth of race aimed at, 1 to {MOST_PCT_DEPTH} "
+        "(1: strict priorities; each more draws one change point; default: the machine's "
+        "pct_depth, 3)",
     )
     fuzz_cmd.add_argument(
         "--call-timeout",
@@ -449,6 +465,8 @@ def _fuzz(args: argparse.Namespace) -> int:
         mode="parallel" if args.parallel else args.mode,
         processes=args.processes,
         race_scheduling=args.race_scheduling,
+        race_exploration=args.race_exploration,
+        pct_depth=args.pct_depth,
         call_timeout=args.call_timeout,
         tolerate_faults=args.tolerate_faults,
         clock=args.clock,

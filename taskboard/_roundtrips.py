@@ -11,8 +11,10 @@ before they go to the store:
   sleeps and tries again until the timeout the board asked for, as SQLite would have).
   Connections opened before the block, or with a ``factory`` of the board's own, have no
   points.
-* **redis-py** (sync): each command a client sends, each command a pipeline sends at once
-  (``WATCH`` and the reads after it), and each pipeline's ``execute``.
+* **redis-py**, sync and asyncio (``redis.asyncio``): each command a client sends, each
+  command a pipeline sends at once (``WATCH`` and the reads after it), and each pipeline's
+  ``execute``. An asyncio command's point awaits its turn on the event loop it runs on
+  (:func:`taskboard._schedule.async_round_trip`), so the loop goes on running the others.
 * **psycopg 3** (sync): each cursor's ``execute`` and ``executemany`` (a connection's
   ``execute`` goes through one), each ``commit`` and ``rollback``. While a statement runs,
   the scheduler may ask the server whether it waits on another's lock
@@ -34,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar
 
-from taskboard._schedule import note_lock_probe, round_trip, under_control
+from taskboard._schedule import async_round_trip, note_lock_probe, round_trip, under_control
 
 __all__ = ["round_trip_points"]
 
@@ -188,6 +190,42 @@ def _pointed(original: Callable[..., Any], label: Callable[..., str]) -> Callabl
     return method
 
 
+def _async_pointed(original: Callable[..., Any], label: Callable[..., str]) -> Callable[..., Any]:
+    """``original`` (a coroutine method) with a scheduling point before it, awaited."""
+
+    async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        await async_round_trip(label(self, *args, **kwargs))
+        return await original(self, *args, **kwargs)
+
+    method.__wrapped__ = original  # type: ignore[attr-defined]
+    return method
+
+
+def _redis_patches() -> list[tuple[Any, str, Callable[..., Any]]]:
+    """The points of redis-py's clients and pipelines, sync and asyncio, when imported."""
+    patches: list[tuple[Any, str, Callable[..., Any]]] = []
+    for module, wrap in (("redis.client", _pointed), ("redis.asyncio.client", _async_pointed)):
+        client = sys.modules.get(module)
+        if client is None:
+            continue
+        redis_cls, pipeline = getattr(client, "Redis", None), getattr(client, "Pipeline", None)
+        if redis_cls is not None:
+            name = (
+                "_execute_command" if hasattr(redis_cls, "_execute_command") else "execute_command"
+            )
+            commands = _defining(redis_cls, name)
+            patches.append((commands, name, wrap(getattr(commands, name), _command_label)))
+        if pipeline is not None:
+            for name, label in (
+                ("immediate_execute_command", _command_label),
+                ("execute", _pipeline_label),
+            ):
+                if hasattr(pipeline, name):
+                    sends = _defining(pipeline, name)
+                    patches.append((sends, name, wrap(getattr(sends, name), label)))
+    return patches
+
+
 def _psycopg_statement(original: Callable[..., Any]) -> Callable[..., Any]:
     """A psycopg cursor method with a scheduling point before it, and a lock probe for the
     scheduler while it runs."""
@@ -266,23 +304,7 @@ def _patches() -> list[tuple[Any, str, Callable[..., Any]]]:
     patches: list[tuple[Any, str, Callable[..., Any]]] = [
         (sqlite3, "connect", _scheduled_connect(sqlite3.connect))
     ]
-    client = sys.modules.get("redis.client")
-    if client is not None:
-        redis_cls, pipeline = getattr(client, "Redis", None), getattr(client, "Pipeline", None)
-        if redis_cls is not None:
-            name = (
-                "_execute_command" if hasattr(redis_cls, "_execute_command") else "execute_command"
-            )
-            commands = _defining(redis_cls, name)
-            patches.append((commands, name, _pointed(getattr(commands, name), _command_label)))
-        if pipeline is not None:
-            for name, label in (
-                ("immediate_execute_command", _command_label),
-                ("execute", _pipeline_label),
-            ):
-                if hasattr(pipeline, name):
-                    sends = _defining(pipeline, name)
-                    patches.append((sends, name, _pointed(getattr(sends, name), label)))
+    patches += _redis_patches()
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None:
         for owner, names in (

@@ -4,10 +4,13 @@ Under a :class:`RaceScheduler`, the participants of a race run one at a time. Ea
 stops at its start and before each round trip to its store (a *scheduling point*: a SQLite
 statement, a redis-py command, a psycopg statement, or a :func:`yield_point` the board
 marks), and the scheduler lets exactly one stopped participant go on until its next point.
-Which one is a choice read from a list of numbers drawn by Hypothesis, so an interleaving
-is data: shrunk, stored in the example database, written to trace files and replayed
-exactly. The points themselves are installed by :mod:`taskboard._roundtrips`; this module
-only knows that a thread of a controlled race has reached one.
+Which one is a choice read from a list of numbers drawn by Hypothesis, or (PCT,
+:class:`Priorities`) the highest of drawn priorities, so an interleaving is data: shrunk,
+stored in the example database, written to trace files and replayed exactly. The points
+themselves are installed by :mod:`taskboard._roundtrips`; this module only knows that a
+thread of a controlled race has reached one. On an async board each participant's calls
+are coroutines on the board's event loop: they carry their race in a context variable, and
+a point there (:func:`async_round_trip`) awaits its turn instead of blocking the loop.
 
 A participant may block inside its store while it runs (a row lock another participant
 holds, stopped at its next point). Where its round trip tells how to ask the store whether
@@ -26,18 +29,21 @@ deadlocks: at the race's deadline every participant is let go.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
     "CLOCK",
     "STEP_TIMEOUT",
+    "Priorities",
     "RaceScheduler",
     "Turn",
     "forwarding_yield_points",
@@ -56,6 +62,12 @@ PROBE_INTERVAL = 0.002
 
 #: What a participant's first turn is labelled: it leaves the start line.
 START = "start"
+#: What a PCT change point is drawn as: a fraction of the expected choices, in thousandths.
+CHANGE_POINT_SCALE = 1000
+#: Under PCT, turns one participant may take in a row while another could go on, before it
+#: drops below every other: a participant that spins on a lock a lower one holds would
+#: otherwise starve it until the race's deadline.
+MOST_TURNS_IN_A_ROW = 16
 #: The ``agent`` of the :class:`Turn` that records the clock's move (see ``crossing``).
 CLOCK = -1
 
@@ -78,6 +90,52 @@ class Turn:
     gave_up: bool = False
 
 
+@dataclass(frozen=True)
+class Priorities:
+    """A PCT schedule (probabilistic concurrency testing): drawn priorities and change points.
+
+    Participant ``i`` starts with the priority ``len(ranks) - ranks[i]`` (``ranks`` from 0,
+    distinct: rank 0 is the highest), and at each point the highest-priority participant
+    that may go on goes on. Before each choice a change point names, the participant that
+    ran last drops below every other (below those dropped before it, too). A change point
+    ``c`` (of :data:`CHANGE_POINT_SCALE`) names choice ``1 + c * expected_turns // SCALE``.
+    With ``d - 1`` change points drawn at random among ``k`` steps, PCT finds a bug of depth
+    ``d`` among ``n`` participants with probability at least ``1 / (n * k ** (d - 1))``.
+    Turns count only choices here (points where more than one participant may go on), so
+    ``expected_turns`` is the choices expected.
+    """
+
+    ranks: tuple[int, ...]
+    change_points: tuple[int, ...]
+    #: How many choices the race is expected to give: where the change points fall.
+    expected_turns: int
+
+    def turns(self) -> tuple[int, ...]:
+        """The choices (from 0) before which a change point drops the last participant."""
+        span = max(self.expected_turns, 1)
+        return tuple(sorted(1 + c * span // CHANGE_POINT_SCALE for c in self.change_points))
+
+    def varied(self, variant: int) -> Priorities:
+        """Another PCT schedule of the same shape, for ``variant`` (from 1): the ranks
+        permuted and the change points shifted by a fixed pseudo-random sequence of its own."""
+        rng = random.Random(variant)
+        shuffle = list(range(len(self.ranks)))
+        rng.shuffle(shuffle)
+        moved = tuple(
+            (change + rng.randrange(CHANGE_POINT_SCALE)) % CHANGE_POINT_SCALE
+            for change in self.change_points
+        )
+        return Priorities(tuple(shuffle[rank] for rank in self.ranks), moved, self.expected_turns)
+
+    def describe(self) -> str:
+        """In words, for reports and trace files."""
+        turns = ", ".join(map(str, self.turns())) or "none"
+        return (
+            f"pct depth {len(self.change_points) + 1}: ranks {list(self.ranks)}, "
+            f"change points before choices {turns} (of {self.expected_turns} expected)"
+        )
+
+
 class _Participant:
     def __init__(self) -> None:
         self.state: _State = "new"
@@ -90,6 +148,8 @@ class _Participant:
         self.give_up = False
         #: Asks the store whether the round trip under way waits on another's lock.
         self.lock_probe: Callable[[], bool] | None = None
+        #: Resumes its coroutine, waiting at a point on an event loop (from any thread).
+        self.wake: Callable[[], None] | None = None
 
 
 class _Local(threading.local):
@@ -101,6 +161,9 @@ class _Local(threading.local):
 
 
 _LOCAL = _Local()
+#: The race and participant of a participant's thread, and so of each coroutine it runs on
+#: an event loop: a task copies the context of the thread that submits it.
+_CONTEXT: ContextVar[tuple[RaceScheduler, int] | None] = ContextVar("taskboard_race", default=None)
 
 
 class RaceScheduler:
@@ -122,6 +185,10 @@ class RaceScheduler:
     its own, so that one drawn schedule gives several distinct interleavings; 0 adds none.
     :attr:`realized` is what was picked at each choice, as a schedule that gives the same
     interleaving with no variant.
+
+    ``pct``, if given, picks instead of ``choices``: the highest-priority participant that
+    may go on (see :class:`Priorities`; a ``variant`` then varies the priorities). The picks
+    are recorded in :attr:`realized` all the same, so a replay needs only them.
     """
 
     def __init__(
@@ -131,8 +198,21 @@ class RaceScheduler:
         step_timeout: float = STEP_TIMEOUT,
         variant: int = 0,
         crossing: tuple[int, Callable[[], str]] | None = None,
+        pct: Priorities | None = None,
     ) -> None:
         self.choices = tuple(choices)
+        if pct is not None and variant:
+            pct = pct.varied(variant)
+        #: The PCT schedule this race runs (varied), if any.
+        self.pct = pct
+        ranks = () if pct is None else pct.ranks
+        # Participants past the ranks drawn (none, in a drawn program) come after the rest.
+        self._priority = [len(ranks) - rank for rank in ranks[:participants]] + [
+            -extra for extra in range(participants - len(ranks))
+        ]
+        self._lowest = min(self._priority, default=0)
+        self._changes = [] if pct is None else list(pct.turns())
+        self._in_a_row = 0
         self._crossing = crossing
         self._variation = random.Random(variant) if variant else None
         #: The position picked at each choice: the schedule that repeats this interleaving.
@@ -161,12 +241,14 @@ class RaceScheduler:
     def enter(self, index: int) -> None:
         """Make this thread participant ``index``, and wait at the start for its first turn."""
         _LOCAL.scheduler, _LOCAL.index = self, index
+        _CONTEXT.set((self, index))
         self._arrive(index, START, busy=False)
 
     def leave(self) -> None:
         """This thread's participant is done (finished or crashed)."""
         index = _LOCAL.index
         _LOCAL.scheduler, _LOCAL.index = None, -1
+        _CONTEXT.set(None)
         with self._condition:
             self._participants[index].state = "done"
             self._progress()
@@ -175,24 +257,54 @@ class RaceScheduler:
     def _arrive(self, index: int, point: str, *, busy: bool) -> bool:
         """Stop at ``point`` until it is this participant's turn; False: give up instead."""
         with self._condition:
-            me = self._participants[index]
-            if point != START:
-                self.points_seen += 1
-            if busy:
-                if me.busy_since is None:
-                    me.busy_since = len(self.turns)
-            else:
-                self._progress()
-            me.state, me.point, me.again = "waiting", point, busy
-            me.lock_probe = None
-            self._condition.notify_all()
+            self._stop(index, point, busy=busy)
             while not self._released and self._granted != index:
                 self._condition.wait()
-            if self._granted == index:
-                self._granted = -1
-            me.state = "running"
-            give_up, me.give_up = me.give_up, False
-            return not give_up
+            return self._go_on(index)
+
+    async def _arrive_async(self, index: int, point: str) -> None:
+        """In a participant's coroutine on an event loop: stop at ``point`` until it is this
+        participant's turn, awaiting it (the loop goes on running other tasks)."""
+        loop = asyncio.get_running_loop()
+        turn = loop.create_future()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(_resolve, turn)
+
+        with self._condition:
+            self._stop(index, point, busy=False)
+            if self._released or self._granted == index:
+                self._go_on(index)
+                return
+            self._participants[index].wake = wake
+        await turn
+        with self._condition:
+            self._go_on(index)
+
+    def _stop(self, index: int, point: str, *, busy: bool) -> None:
+        """Participant ``index`` waits at ``point``, with the condition held."""
+        me = self._participants[index]
+        if point != START:
+            self.points_seen += 1
+        if busy:
+            if me.busy_since is None:
+                me.busy_since = len(self.turns)
+        else:
+            self._progress()
+        me.state, me.point, me.again = "waiting", point, busy
+        me.lock_probe = None
+        self._condition.notify_all()
+
+    def _go_on(self, index: int) -> bool:
+        """Participant ``index`` goes on from its point, with the condition held; False:
+        it must give up on its round trip instead."""
+        me = self._participants[index]
+        if self._granted == index:
+            self._granted = -1
+        me.state, me.wake = "running", None
+        give_up, me.give_up = me.give_up, False
+        return not give_up
 
     def _progress(self) -> None:
         """Someone got on: every participant that found its store busy may try again."""
@@ -210,6 +322,9 @@ class RaceScheduler:
             finally:
                 self._released = True
                 self._condition.notify_all()
+                for participant in self._participants:
+                    if participant.wake is not None:
+                        participant.wake()
 
     def _wait(self, until: float, ready: Callable[[], bool]) -> bool:
         """Wait for ``ready()`` until the monotonic time ``until``."""
@@ -288,6 +403,8 @@ class RaceScheduler:
     def _choose(self, ready: Sequence[int]) -> int:
         count = len(self._participants)
         ordered = sorted(ready, key=lambda i: (i - self._last - 1) % count)
+        if self.pct is not None:
+            return self._choose_by_priority(ordered)
         if len(ordered) == 1:
             return ordered[0]
         choice = 0
@@ -298,6 +415,32 @@ class RaceScheduler:
         self.choices_read += 1
         self.realized.append(choice % len(ordered))
         return ordered[self.realized[-1]]
+
+    def _choose_by_priority(self, ordered: Sequence[int]) -> int:
+        """PCT: the highest-priority participant of ``ordered``, after the change points due."""
+        if len(ordered) > 1:
+            # Change points count choices: a turn only one participant may take is no choice.
+            while self._changes and self._changes[0] <= self.choices_read:
+                self._changes.pop(0)
+                self._drop(self._last)
+            if self._in_a_row >= MOST_TURNS_IN_A_ROW:
+                self._drop(self._last)  # it may spin on a lock a lower one holds
+        chosen = max(ordered, key=lambda i: self._priority[i])
+        if chosen != self._last:
+            self._in_a_row = 1
+        elif len(ordered) > 1:
+            self._in_a_row += 1
+        if len(ordered) > 1:
+            self.choices_read += 1
+            self.realized.append(ordered.index(chosen))
+        return chosen
+
+    def _drop(self, index: int) -> None:
+        """Participant ``index`` (none, if -1) drops below every other."""
+        if index >= 0:
+            self._lowest -= 1
+            self._priority[index] = self._lowest
+            self._in_a_row = 0
 
     def _cross(self) -> None:
         """Make the clock's move, once, if the turn it comes before is next."""
@@ -314,6 +457,8 @@ class RaceScheduler:
         self._granted = self._last = index
         participant.state = "running"
         self._condition.notify_all()
+        if participant.wake is not None:
+            participant.wake()
 
 
 def under_control() -> bool:
@@ -352,6 +497,27 @@ def note_lock_probe(probe: Callable[[], bool] | None) -> None:
         with scheduler._condition:
             scheduler._participants[_LOCAL.index].lock_probe = probe
             scheduler._condition.notify_all()
+
+
+async def async_round_trip(point: str) -> None:
+    """A scheduling point in a coroutine: in a controlled race's participant (a coroutine a
+    participant's thread runs on an event loop), await its turn to make the round trip
+    ``point``; elsewhere return at once."""
+    current = _CONTEXT.get()
+    if current is not None and not current[0]._released:
+        await current[0]._arrive_async(current[1], point)
+
+
+def _resolve(turn: asyncio.Future[None]) -> None:
+    if not turn.done():
+        turn.set_result(None)
+
+
+async def async_yield_point(label: str = "") -> None:
+    """:func:`yield_point` for an async board: ``await async_yield_point("label")``. In a
+    controlled race the calling coroutine awaits its turn here; anywhere else it returns at
+    once."""
+    await async_round_trip(f"yield_point({label})" if label else "yield_point()")
 
 
 def yield_point(label: str = "") -> None:

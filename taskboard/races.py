@@ -4,8 +4,8 @@ This module only re-exports; the code lives in a private module. See docs/races.
 """
 
 from taskboard._public import show_public_paths
-from taskboard._schedule import yield_point
+from taskboard._schedule import async_yield_point, yield_point
 
-__all__ = ["yield_point"]
+__all__ = ["async_yield_point", "yield_point"]
 
 show_public_paths(globals())

@@ -7,6 +7,9 @@ between reading and writing, as a board on an async client does. Its bugs:
   comparing the token (a stale holder extends the new holder's lease).
 * ``atomic_claim=False``: claim reads, awaits, then writes without the lock, so two
   claims interleaved at the await both win.
+
+With ``points=True`` the claim's await between reading and writing is a scheduling point
+(:func:`taskboard.races.async_yield_point`), which a controlled race switches at.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from taskboard import (
     Task,
     TerminalError,
 )
+from taskboard.races import async_yield_point
 
 
 def _live(lease: Lease | None, now: datetime) -> bool:
@@ -52,12 +56,14 @@ class AsyncDictBoard:
         *,
         check_renew_token: bool = True,
         atomic_claim: bool = True,
+        points: bool = False,
     ) -> None:
         self._clock = clock
         self._tasks = {task.id: task for task in tasks}
         self._fences = {t.id: t.lease.fence if t.lease else 0 for t in self._tasks.values()}
         self._check_renew_token = check_renew_token
         self._atomic_claim = atomic_claim
+        self._points = points
         self._lock: asyncio.Lock | None = None
         self.closed = False
 
@@ -92,7 +98,8 @@ class AsyncDictBoard:
             raise TakenError(task_id)
         if not agent:
             raise ValueError("claim needs a non-empty agent name")
-        await asyncio.sleep(0)  # the round trip between read and write
+        # The round trip between read and write.
+        await (async_yield_point("claim: write") if self._points else asyncio.sleep(0))
         self._fences[task_id] += 1
         lease = Lease(secrets.token_hex(16), self._fences[task_id], _until(now, request.ttl))
         claimed = replace(task, state=State.CLAIMED, owner=agent, lease=lease, seq=task.seq + 1)

@@ -366,6 +366,21 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
     assert b"Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        (["--race-exploration", "pct", "--pct-depth", "0"], "from 1 to 10, got 0"),
+        (["--race-scheduling", "controlled", "--pct-depth", "3"], "applies to PCT only"),
+    ],
+)
+def test_a_bad_pct_depth_is_a_usage_error_before_the_run(
+    capsys: pytest.CaptureFixture[str], options: list[str], needle: str
+) -> None:
+    """--pct-depth out of range, or without PCT: exit 2 and one line, before any program."""
+    result = run(capsys, "fuzz", MEMORY, "--parallel", *options, "--max-examples", "5")
+    one_line_usage_error(result, "--pct-depth", needle)
+
+
 def test_the_virtual_clock_on_a_board_without_a_server_is_a_usage_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, given, settings
 
 from taskboard import Clock, Task
 from taskboard.hosts.memory import MemoryBoard
 from taskboard.hosts.postgres import PostgresBoard
 from taskboard.hosts.race_mutants import RACE_MUTANTS, ReadOutsideTransactionClaim
-from taskboard.hosts.redis import RedisBoard
+from taskboard.hosts.redis import AsyncRedisBoard, RedisBoard
 from taskboard.hosts.sqlite import SQLiteBoard
 from taskboard.stateful import (
     BoardMachine,
@@ -33,11 +33,15 @@ from taskboard.stateful import (
     trace_to_json,
     violations_in,
 )
+from taskboard.stateful._config import MachineConfig
 from taskboard.stateful._generation import TASK_IDS
-from taskboard.stateful._parallel import run_program
+from taskboard.stateful._parallel import MOST_THREADS, programs, run_program
 from taskboard.stateful._steps import ClaimStep, ParallelProgram
+from tests.async_hosts import AsyncDictBoard
 
 CONTROLLED = {"race_scheduling": "controlled"}
+#: Generation only: a test that needs the first failure, not the shrunk one.
+GENERATE = [Phase.generate]
 
 
 def quick(examples: int) -> settings:
@@ -105,6 +109,33 @@ def test_a_board_with_no_point_races_on_threads_as_before() -> None:
     run_parallel_state_machine(machine, settings=quick(10))
 
 
+def racy_async_claims(tasks: list[Task], clock: Clock) -> AsyncDictBoard:
+    """An async board whose claim reads, awaits a yield point, then writes, unlocked."""
+    return AsyncDictBoard(tasks, clock, atomic_claim=False, points=True)
+
+
+def locked_async_claims(tasks: list[Task], clock: Clock) -> AsyncDictBoard:
+    """The same board with its claim under an asyncio.Lock, held across the point."""
+    return AsyncDictBoard(tasks, clock, points=True)
+
+
+def test_an_async_boards_coroutines_take_turns_at_their_points() -> None:
+    """Two claims on an async board, each a coroutine on the driver's loop, take turns at
+    the await between read and write: both win, on every run; the report names the point."""
+    machine = BoardMachine.for_board(racy_async_claims, **CONTROLLED)
+    for _ in range(5):
+        with pytest.raises(ContractViolation) as caught:
+            run_program(machine, TWO_CLAIMS, record=False)
+    assert ": yield_point(claim: write)" in str(violations_in(caught.value)[0])
+
+
+def test_an_async_lock_held_across_a_point_neither_deadlocks_nor_false_alarms() -> None:
+    """The claim that waits on the asyncio.Lock the other holds at its point runs free after
+    the step timeout; the holder then goes on: no violation, no hang."""
+    machine = BoardMachine.for_board(locked_async_claims, **CONTROLLED)
+    assert run_program(machine, TWO_CLAIMS, record=False) is True
+
+
 def test_a_program_schedule_travels_through_trace_files(tmp_path: Path) -> None:
     """A controlled program's schedule is written to and read back from a trace file, an
     uncontrolled one's stays absent, and a schedule that is not a list of counts is refused."""
@@ -153,6 +184,48 @@ def test_a_variant_records_the_schedule_that_repeats_it(tmp_path: Path) -> None:
             run_program(machine, recorded, record=False)
 
 
+def test_pct_catches_the_race_and_its_trace_replays_the_picks_exactly(tmp_path: Path) -> None:
+    """Under PCT the read-outside-transaction claim is caught; the report and the trace say
+    which priorities found it, and the trace's recorded picks fail on every replay."""
+    pct = {**CONTROLLED, "race_exploration": "pct", "pct_depth": 2}
+    machine = on_files(ReadOutsideTransactionClaim, tmp_path, **pct)
+    with pytest.raises(ContractViolation) as caught:
+        run_parallel_state_machine(machine, settings=settings(quick(30), phases=GENERATE))
+    violation = violations_in(caught.value)[0]
+    assert "(found by pct depth 2: ranks [" in str(violation)
+    recording = violation.recording
+    assert recording is not None
+    program = parse_trace(trace_to_json(recording)).program
+    assert program is not None
+    assert program.pct is None
+    assert program.explored.startswith("pct depth 2")
+    assert program.schedule is not None
+    for _ in range(3):
+        with pytest.raises(ContractViolation):
+            run_program(machine, program, record=False)
+
+
+@given(programs(controlled=True, exploration="pct", depth=3))
+@settings(max_examples=20, derandomize=True, database=None)
+def test_pct_programs_draw_ranks_and_one_change_point_fewer_than_the_depth(
+    program: ParallelProgram,
+) -> None:
+    """A PCT program draws a permutation of ranks and depth - 1 change points, and its
+    schedule of choices is empty: PCT picks instead."""
+    assert program.pct is not None
+    assert sorted(program.pct.ranks) == list(range(MOST_THREADS))
+    assert len(program.pct.change_points) == 2
+    assert program.schedule == ()
+
+
+@pytest.mark.parametrize("depth", [0, 11, 2.5, True])
+def test_a_pct_depth_out_of_range_is_refused(depth: object) -> None:
+    """pct_depth takes a whole number from 1 to 10; anything else is a TypeError naming it."""
+    machine = BoardMachine.for_board(MemoryBoard, race_exploration="pct", pct_depth=depth)
+    with pytest.raises(TypeError, match="pct_depth must be a whole number from 1 to 10"):
+        MachineConfig.of(machine)
+
+
 def test_a_correct_sqlite_board_gives_no_false_alarm_under_control(tmp_path: Path) -> None:
     """SQLiteBoard under controlled scheduling: a few programs, no violation, no deadlock."""
     run_parallel_state_machine(on_files(SQLiteBoard, tmp_path, **CONTROLLED), settings=quick(6))
@@ -194,6 +267,18 @@ def redis_boards(redis_server_url: str) -> type[BoardMachine]:
         return RedisBoard(tasks, clock, redis_server_url)  # a board id of its own, deleted
 
     return BoardMachine.for_board(factory, **CONTROLLED)
+
+
+def test_redis_asyncio_commands_are_points_and_give_no_false_alarm(redis_server_url: str) -> None:
+    """AsyncRedisBoard's redis.asyncio commands are scheduling points: its coroutines take
+    turns at them, and a few controlled programs find no violation."""
+
+    def factory(tasks: list[Task], clock: Clock) -> AsyncRedisBoard:
+        return AsyncRedisBoard(tasks, clock, redis_server_url)
+
+    machine = BoardMachine.for_board(factory, **CONTROLLED)
+    assert run_program(machine, TWO_CLAIMS, record=False) is True
+    run_parallel_state_machine(machine, settings=quick(5))
 
 
 @pytest.mark.slow

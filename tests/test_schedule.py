@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from taskboard._roundtrips import round_trip_points
-from taskboard._schedule import RaceScheduler, Turn
+from taskboard._schedule import MOST_TURNS_IN_A_ROW, Priorities, RaceScheduler, Turn
 from taskboard.races import yield_point
 
 #: A participant: given its index, what it does (it may call yield_point, use a store).
@@ -20,11 +20,14 @@ Body = Callable[[int], None]
 
 
 def race(
-    bodies: Sequence[Body], schedule: Sequence[int], step_timeout: float = 0.5
+    bodies: Sequence[Body],
+    schedule: Sequence[int],
+    step_timeout: float = 0.5,
+    pct: Priorities | None = None,
 ) -> RaceScheduler:
-    """Run ``bodies`` as participants of one controlled race with ``schedule``; the scheduler
-    after every participant is done."""
-    scheduler = RaceScheduler(len(bodies), schedule, step_timeout=step_timeout)
+    """Run ``bodies`` as participants of one controlled race with ``schedule`` (or ``pct``);
+    the scheduler after every participant is done."""
+    scheduler = RaceScheduler(len(bodies), schedule, step_timeout=step_timeout, pct=pct)
 
     def participant(index: int) -> None:
         scheduler.enter(index)
@@ -87,6 +90,63 @@ def test_one_schedule_gives_one_interleaving_every_time() -> None:
         "start",
         *(f"yield_point(step {s})" for s in range(3)),
     }
+
+
+def test_pct_at_depth_one_runs_the_participants_in_strict_priority_order() -> None:
+    """PCT with no change point: the participant of rank 0 runs to its end, then rank 1's,
+    then rank 2's, whatever their numbers."""
+    log: list[tuple[int, int]] = []
+    race([three_steps(log) for _ in range(3)], [], pct=Priorities((2, 0, 1), (), 10))
+    assert [index for index, _ in log] == [1, 1, 1, 2, 2, 2, 0, 0, 0]
+
+
+def test_a_pct_change_point_drops_the_running_participant_and_replays_exactly() -> None:
+    """A change point before choice 2 (100 thousandths of 10 expected) drops participant 0
+    after its first step; the same priorities pick the same way every time, and the picks
+    recorded replay the interleaving with no PCT."""
+    pct = Priorities((0, 1), (100,), 10)
+    assert pct.turns() == (2,)
+    runs = []
+    for _ in range(3):
+        log: list[tuple[int, int]] = []
+        scheduler = race([three_steps(log), three_steps(log)], [], pct=pct)
+        runs.append((tuple(log), tuple(scheduler.realized)))
+    assert len(set(runs)) == 1
+    log_seen, realized = runs[0]
+    assert log_seen == ((0, 0), (1, 0), (1, 1), (1, 2), (0, 1), (0, 2))
+    replayed: list[tuple[int, int]] = []
+    race([three_steps(replayed), three_steps(replayed)], realized)
+    assert tuple(replayed) == log_seen
+
+
+def test_under_pct_a_participant_that_spins_drops_below_the_one_it_waits_for() -> None:
+    """The highest participant polls for a flag only the lower one sets: after
+    MOST_TURNS_IN_A_ROW polls it drops below, and the lower one sets the flag."""
+    flag = threading.Event()
+
+    def spinner(index: int) -> None:
+        while not flag.is_set():
+            yield_point("poll")
+
+    def setter(index: int) -> None:
+        yield_point("set")
+        flag.set()
+
+    scheduler = race([spinner, setter], [], pct=Priorities((0, 1), (), 10))
+    polls = [turn for turn in scheduler.turns if turn.agent == 0]
+    assert MOST_TURNS_IN_A_ROW <= len(polls) <= MOST_TURNS_IN_A_ROW + 2
+    assert scheduler.ran_free == 0
+
+
+def test_a_pct_variant_draws_other_priorities_of_the_same_shape() -> None:
+    """A variant permutes the ranks and shifts the change points, keeping their number."""
+    pct = Priorities((0, 1, 2, 3), (5, 900), 20)
+    varied = [pct.varied(variant) for variant in (1, 2)]
+    for other in varied:
+        assert sorted(other.ranks) == [0, 1, 2, 3]
+        assert len(other.change_points) == 2
+    assert varied[0] != pct
+    assert varied[0] != varied[1]
 
 
 def test_a_participant_blocked_outside_its_points_runs_free_and_nothing_deadlocks() -> None:

@@ -49,6 +49,8 @@ EXAMPLES: dict[str, Any] = {
     "tolerate_faults": (ConnectionError,),
     "parallel_processes": True,
     "race_scheduling": "controlled",
+    "race_exploration": "pct",
+    "pct_depth": 2,
     "durable": False,
     "nemesis": ("drop",),
     "trace_dir": "some/traces",
@@ -67,10 +69,16 @@ FUZZ_EXAMPLES: dict[str, tuple[Any, object]] = {
     "tolerate_faults": (True, True),
     "parallel_processes": (True, True),
     "race_scheduling": ("controlled", "controlled"),
+    "race_exploration": ("pct", "pct"),
+    "pct_depth": (2, 2),
     "nemesis": ("drop", ("drop",)),
     "trace_dir": ("some/traces", "some/traces"),
     "expired_lease_policy": ("reject", "reject"),
 }
+
+
+#: The options a fuzz option applies only with (its usage error says so otherwise).
+FUZZ_NEEDS: dict[str, dict[str, Any]] = {"pct_depth": {"race_exploration": "pct"}}
 
 
 def no_nemesis(board: Any) -> None:
@@ -222,6 +230,7 @@ def test_each_fuzz_option_sets_its_setting(
     assert setting.fuzz is not None
     option, expected = FUZZ_EXAMPLES[setting.name]
     chosen: dict[str, Any] = {"clock": "wall", setting.fuzz.field: option}
+    chosen.update(FUZZ_NEEDS.get(setting.name, {}))
     options = FuzzOptions(**chosen)
     target = Target("settings-test", machine_with())
     assert configured(setting, options.checked(target).machine(target)) == expected

@@ -26,7 +26,13 @@ from taskboard.stateful._config import COARSE_STEP_COUNT, MachineConfig
 from taskboard.stateful._hypothesis import changed_settings
 from taskboard.stateful._limits import LeaseLimits
 from taskboard.stateful._machine import BoardMachine
-from taskboard.stateful._settings import SETTINGS, FuzzFlag, nemesis_names
+from taskboard.stateful._settings import (
+    MOST_PCT_DEPTH,
+    RACE_EXPLORATION,
+    SETTINGS,
+    FuzzFlag,
+    nemesis_names,
+)
 from taskboard.stateful._trace import NEMESIS_HOOKS
 
 __all__ = [
@@ -93,6 +99,11 @@ class FuzzOptions:
     processes: bool = False
     #: ``"os"`` or ``"controlled"`` (docs/races.md); ``None`` keeps the machine's.
     race_scheduling: str | None = None
+    #: ``"random"`` or ``"pct"`` (docs/races.md); ``None`` keeps the machine's
+    #: ``race_exploration``.
+    race_exploration: str | None = None
+    #: PCT's depth, 1 to 10; ``None`` keeps the machine's ``pct_depth``.
+    pct_depth: int | None = None
     #: SPEC 9: ``"restart,drop"``, ``"restart"``, ``"drop"`` or ``"none"``; ``None``: every
     #: hook the target defines.
     nemesis: str | None = None
@@ -139,6 +150,7 @@ class FuzzOptions:
                 "--expired-lease-policy must be 'either', 'accept' or 'reject', got "
                 f"{self.expired_lease_policy!r}"
             )
+        self._check_races(target)
         if self.clock is not None and self.clock not in CLOCK_MODES:
             raise UsageError(f"--clock must be 'manual', 'virtual' or 'wall', got {self.clock!r}")
         mode = self.clock or target.machine.clock_mode
@@ -179,6 +191,27 @@ class FuzzOptions:
             check_campaign(self.campaign, self.database)
         check_writable_directory(self.trace_dir, "--trace-dir")
         return self
+
+    def _check_races(self, target: Target) -> None:
+        """Raises UsageError for a ``--race-exploration`` or ``--pct-depth`` out of range, or
+        a depth without PCT (the option's nor the machine's)."""
+        if self.race_exploration is not None and self.race_exploration not in RACE_EXPLORATION:
+            raise UsageError(
+                f"--race-exploration must be 'random' or 'pct', got {self.race_exploration!r}"
+            )
+        if self.pct_depth is None:
+            return
+        if not 1 <= self.pct_depth <= MOST_PCT_DEPTH:
+            raise UsageError(
+                f"--pct-depth must be a whole number from 1 to {MOST_PCT_DEPTH}, "
+                f"got {self.pct_depth}"
+            )
+        exploration = self.race_exploration or target.machine.race_exploration
+        if exploration != "pct":
+            raise UsageError(
+                f"--pct-depth applies to PCT only: the race exploration is {exploration!r} "
+                "(add --race-exploration pct, or leave --pct-depth out)"
+            )
 
     def machine_attributes(self, target: Target) -> dict[str, Any]:
         """The class attributes these options set on ``target``'s machine for the run: each

@@ -125,6 +125,8 @@ class ContractHarness:
     tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = default("tolerate_faults")
     parallel_processes: ClassVar[bool] = default("parallel_processes")
     race_scheduling: ClassVar[str] = default("race_scheduling")
+    race_exploration: ClassVar[str] = default("race_exploration")
+    pct_depth: ClassVar[int] = default("pct_depth")
     durable: ClassVar[bool] = default("durable")
     nemesis: ClassVar[tuple[str, ...] | None] = default("nemesis")
     trace_dir: ClassVar[str | None] = default("trace_dir")

@@ -124,6 +124,11 @@ class MachineConfig:
     #: ``race_scheduling``: ``"controlled"`` runs a parallel program's threads one at a time
     #: at their storage round trips, in a drawn order; ``"os"`` lets them run at once.
     race_scheduling: str
+    #: ``race_exploration``: ``"random"`` (a drawn choice at each point) or ``"pct"``
+    #: (drawn priorities and change points), for a controlled race.
+    race_exploration: str
+    #: ``pct_depth``: with PCT, one more than the change points drawn per program.
+    pct_depth: int
     #: Where failing traces go: ``trace_dir``, else ``TASKBOARD_TRACE_DIR``, else nowhere.
     trace_dir: str | None
     #: ``module:Name`` that trace files record as what to replay against (``""``: none).

@@ -266,9 +266,20 @@ class BoardMachine(RuleBasedStateMachine):
     * ``race_scheduling``: how the threads of a parallel program interleave. ``"os"`` (the
       default) runs them at once, as the operating system schedules them; ``"controlled"``
       runs them one at a time, switching only at their round trips to the store (sqlite3
-      statements, redis-py commands, psycopg statements, :func:`taskboard.yield_point`), in
-      an order Hypothesis draws, shrinks and replays exactly. A board with no such point
-      (an async one, one in processes) races as with ``"os"``; see docs/races.md.
+      statements, redis-py commands, sync or ``redis.asyncio``, psycopg statements,
+      ``taskboard.races.yield_point`` and ``async_yield_point``), in an order Hypothesis
+      draws, shrinks and replays exactly. A board with no such point (an async one on
+      another client, one in processes) races as with ``"os"``; see docs/races.md.
+    * ``race_exploration``: how a controlled race's drawn data picks who goes on at each
+      point. ``"random"`` (the default): a drawn choice at each point, shrinking to round
+      robin. ``"pct"`` (probabilistic concurrency testing): drawn priorities, the highest
+      one that may go on goes on, and ``pct_depth - 1`` drawn change points, before each of
+      which the thread that ran last drops below every other. The picks are recorded, so a
+      replay is exact either way; see docs/races.md.
+    * ``pct_depth``: with ``race_exploration = "pct"``, the depth of race aimed at, from 1
+      (strict priorities, no change point) to 10 (default 3). A race that needs ``d``
+      ordering constraints is found with probability at least ``1 / (n * k ** (d - 1))``
+      per run (``n`` threads, ``k`` points) at depth ``d``.
     * ``durable``: SPEC 9, whether the board keeps everything it acknowledged across
       :meth:`restart_storage` (default ``True``). ``False``: after a restart it may show, per
       task, any state it held since the last restart; fences and tokens never repeat.
@@ -303,6 +314,8 @@ class BoardMachine(RuleBasedStateMachine):
     tolerate_faults: ClassVar[bool | tuple[type[Exception], ...]] = default("tolerate_faults")
     parallel_processes: ClassVar[bool] = default("parallel_processes")
     race_scheduling: ClassVar[str] = default("race_scheduling")
+    race_exploration: ClassVar[str] = default("race_exploration")
+    pct_depth: ClassVar[int] = default("pct_depth")
     durable: ClassVar[bool] = default("durable")
     nemesis: ClassVar[tuple[str, ...] | None] = default("nemesis")
     trace_dir: ClassVar[str | None] = default("trace_dir")

@@ -29,9 +29,9 @@ from hypothesis import settings as type_settings
 from hypothesis import strategies as st
 
 from taskboard._contract import Board, Task
-from taskboard._driver import CallTimeoutError, is_async_board
+from taskboard._driver import CallTimeoutError
 from taskboard._race import Lane, MakeCall, Preset, address_of, race_on_threads, worker_pool
-from taskboard._schedule import CLOCK, RaceScheduler, Turn
+from taskboard._schedule import CHANGE_POINT_SCALE, CLOCK, Priorities, RaceScheduler, Turn
 from taskboard.model import (
     Call,
     ContractViolation,
@@ -91,6 +91,10 @@ THREAD_TIMEOUT = 30.0
 MOST_THREADS = 4
 #: The most choices a controlled program's schedule draws; past them the threads take turns.
 MOST_CHOICES = 64
+#: How many choices among racing threads each call is expected to give (about one per
+#: statement or command: four, on the SQLite race mutants), for where PCT's change points
+#: fall.
+EXPECTED_POINTS_PER_CALL = 4
 #: How many leads an expiry race's expiry step draws from (the clock moves before turn
 #: ``lead + 1`` on the wall clock, ``lead`` on the others): on the wall clock the turns before
 #: the move must run within the lease, so few; on the manual and virtual clocks the move is
@@ -106,22 +110,42 @@ def _steps(*, in_prefix: bool, nemesis: tuple[str, ...] = ()) -> st.SearchStrate
 
 
 def programs(
-    nemesis: tuple[str, ...] = (), *, controlled: bool = False, move_turns: int = WALL_MOVE_TURNS
+    nemesis: tuple[str, ...] = (),
+    *,
+    controlled: bool = False,
+    move_turns: int = WALL_MOVE_TURNS,
+    exploration: str = "random",
+    depth: int = 3,
 ) -> st.SearchStrategy[ParallelProgram]:
     """Programs: a prefix of up to 6 steps, then 2 to 4 threads of 1 to 4 operations each;
     one in four is an :func:`expiry race <expiry_races>`, whose clock moves before one of its
     first ``move_turns`` turns under control. ``nemesis`` names the nemesis steps (SPEC 9)
     the prefix may hold besides calls and clock moves. ``controlled``: each program also has
-    a drawn schedule for its threads (:data:`MOST_CHOICES` choices)."""
+    a drawn schedule for its threads: with ``exploration`` ``"random"``,
+    :data:`MOST_CHOICES` choices; with ``"pct"``, PCT's priorities and ``depth - 1`` change
+    points (see :class:`~taskboard._schedule.Priorities`)."""
     drawn = _programs(nemesis, move_turns if controlled else WALL_MOVE_TURNS)
     if not controlled:
         return drawn
+    if exploration == "pct":
+        ranks = st.permutations(range(MOST_THREADS)).map(tuple)
+        points = st.integers(0, CHANGE_POINT_SCALE - 1)
+        changes = st.lists(points, min_size=depth - 1, max_size=depth - 1).map(tuple)
+        return st.builds(_prioritized, drawn, ranks, changes)
     choices = st.lists(st.integers(0, MOST_THREADS - 1), max_size=MOST_CHOICES).map(tuple)
     return st.builds(_scheduled, drawn, choices)
 
 
 def _scheduled(program: ParallelProgram, choices: tuple[int, ...]) -> ParallelProgram:
     return dataclasses.replace(program, schedule=choices)
+
+
+def _prioritized(
+    program: ParallelProgram, ranks: tuple[int, ...], changes: tuple[int, ...]
+) -> ParallelProgram:
+    calls = sum(len(steps) for steps in program.threads)
+    expected = EXPECTED_POINTS_PER_CALL * calls
+    return dataclasses.replace(program, schedule=(), pct=Priorities(ranks, changes, expected))
 
 
 def _programs(nemesis: tuple[str, ...], move_turns: int) -> st.SearchStrategy[ParallelProgram]:
@@ -214,8 +238,14 @@ def run_parallel_state_machine(
     key_database_by(run, database_key(machine_cls))
     config = MachineConfig.of(machine_cls)
     controlled = config.race_scheduling == "controlled" and not config.processes
-    move_turns = WALL_MOVE_TURNS if config.wall else MOVE_TURNS
-    test = given(programs(config.nemesis, controlled=controlled, move_turns=move_turns))(run)
+    drawn = programs(
+        config.nemesis,
+        controlled=controlled,
+        move_turns=WALL_MOVE_TURNS if config.wall else MOVE_TURNS,
+        exploration=config.race_exploration,
+        depth=config.pct_depth,
+    )
+    test = given(drawn)(run)
     test = carry_seed_and_reproduction(machine_cls, test)
     # An example is three whole runs with threads: no per-example deadline applies.
     test = without_explain(type_settings(settings or type_settings(), deadline=None))(test)
@@ -251,7 +281,10 @@ def run_program(
         history, snapshot, scheduler = _run_threads(session, program, variant, crossing)
         turns = tuple(scheduler.turns) if scheduler else ()
         if scheduler:
-            program = dataclasses.replace(program, schedule=tuple(scheduler.realized))
+            explored = scheduler.pct.describe() if scheduler.pct else ""
+            program = dataclasses.replace(
+                program, schedule=tuple(scheduler.realized), pct=None, explored=explored
+            )
         session.concurrent_calls.update(
             (op.call.op.value, "ambiguous" if op.outcome is None else op.outcome.error or "ok")
             for op in history
@@ -358,11 +391,13 @@ def _run_threads(
     ]
     scheduler = None
     landing, session.deferred_landing = session.deferred_landing, None
-    if program.schedule is not None and not is_async_board(session.made_board):
+    if program.schedule is not None:
         crossed = None
         if crossing is not None:
             crossed = (crossing[0], functools.partial(_move, session, *crossing[1:]))
-        scheduler = RaceScheduler(len(makers), program.schedule, variant=variant, crossing=crossed)
+        scheduler = RaceScheduler(
+            len(makers), program.schedule, variant=variant, crossing=crossed, pct=program.pct
+        )
     elif landing is not None:
         session.clock_to(landing)  # no control after all: land as the threads mode does
     history, snapshot = _race_threads(session, makers, scheduler)
@@ -554,6 +589,8 @@ def _report(
             side = _side(op, session) if moved else ""
             lines.append(f"   {mark} #{op.id} {span:<24} {_describe(op, session)}{side}")
     lines += _interleaving(history, turns, clients)
+    if turns and program.explored:
+        lines.append(f"  (found by {program.explored})")
     lines += ["", "sequential prefix:"]
     lines += [f"  {step}" for step in program.prefix] or ["  (none)"]
     verdict = Verdict(None, *LINEARIZABILITY, "\n".join(lines))

@@ -24,6 +24,8 @@ from taskboard.stateful._limits import LeaseLimits
 from taskboard.stateful._trace import NEMESIS_HOOKS
 
 __all__ = [
+    "MOST_PCT_DEPTH",
+    "RACE_EXPLORATION",
     "RACE_SCHEDULING",
     "SETTING",
     "SETTINGS",
@@ -39,6 +41,10 @@ __all__ = [
 
 #: ``race_scheduling``'s values: the operating system's interleaving, or a drawn one.
 RACE_SCHEDULING = ("os", "controlled")
+#: ``race_exploration``'s values: how a controlled race's drawn data picks who goes on.
+RACE_EXPLORATION = ("random", "pct")
+#: The deepest ``pct_depth`` (each level past 1 is a change point drawn per program).
+MOST_PCT_DEPTH = 10
 
 #: Checks a setting's value: ``(where, value)``, ``where`` naming it as ``MyMachine.clock_skew``,
 #: returns the value to use, or raises TypeError saying what the setting takes.
@@ -76,6 +82,12 @@ def _one_of(choices: tuple[str, ...]) -> Validator:
 def _true_or_false(where: str, value: Any) -> Any:
     if not isinstance(value, bool):
         raise TypeError(f"{where} must be True or False, got {value!r}")
+    return value
+
+
+def _pct_depth(where: str, value: Any) -> Any:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MOST_PCT_DEPTH:
+        raise TypeError(f"{where} must be a whole number from 1 to {MOST_PCT_DEPTH}, got {value!r}")
     return value
 
 
@@ -386,6 +398,26 @@ SETTINGS: tuple[Setting, ...] = (
         config="race_scheduling",
         for_board=True,
         fuzz=FuzzFlag("race_scheduling", str),
+    ),
+    Setting(
+        "race_exploration",
+        "random",
+        _one_of(RACE_EXPLORATION),
+        "how a controlled race's drawn data picks who goes on at each point: 'random', a "
+        "drawn choice each; 'pct', drawn priorities with pct_depth - 1 change points",
+        config="race_exploration",
+        for_board=True,
+        fuzz=FuzzFlag("race_exploration", str),
+    ),
+    Setting(
+        "pct_depth",
+        3,
+        _pct_depth,
+        "with race_exploration = 'pct': the depth of race it aims at (1: strict priorities; "
+        "each more draws a change point)",
+        config="pct_depth",
+        for_board=True,
+        fuzz=FuzzFlag("pct_depth", int),
     ),
     Setting(
         "durable",

@@ -117,6 +117,7 @@ def _program_json(program: ParallelProgram) -> dict[str, Any]:
         "threads": [[step.to_json() for step in steps] for steps in program.threads],
         # Only a controlled race has one: older readers never see the key otherwise.
         **({} if program.schedule is None else {"schedule": list(program.schedule)}),
+        **({"explored": program.explored} if program.explored else {}),
     }
 
 
@@ -202,8 +203,13 @@ def _program(reader: _Reader, task_ids: Sequence[str]) -> ParallelProgram:
         for choice in schedule
     ):
         raise reader.error("schedule", "expected a list of non-negative integers")
+    explored = reader.get("explored", str, optional=True) or ""
     return ParallelProgram(
-        deps, prefix, tuple(threads), None if schedule is None else tuple(schedule)
+        deps,
+        prefix,
+        tuple(threads),
+        None if schedule is None else tuple(schedule),
+        explored=explored,
     )
 
 

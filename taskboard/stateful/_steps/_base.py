@@ -21,6 +21,7 @@ from hypothesis.stateful import Bundle
 from hypothesis.strategies import SearchStrategy
 
 from taskboard._clock import Clock, as_utc
+from taskboard._schedule import Priorities
 from taskboard.model import BoardModel, Call, IssuedLease, Outcome, Step
 from taskboard.stateful._fields import Reader
 from taskboard.stateful._limits import Holding
@@ -170,6 +171,12 @@ class ParallelProgram:
     #: several threads may (see :class:`taskboard._schedule.RaceScheduler`); ``None``: the
     #: threads run at once, as the operating system schedules them.
     schedule: tuple[int, ...] | None = None
+    #: With ``race_exploration = "pct"``, the drawn priorities and change points that pick
+    #: instead of ``schedule`` (see :class:`taskboard._schedule.Priorities`).
+    pct: Priorities | None = None
+    #: How a recorded ``schedule`` was found, in words (PCT's drawn priorities and change
+    #: points), for the reader: a replay follows ``schedule`` alone.
+    explored: str = ""
 
 
 @dataclass(frozen=True)
