@@ -64,10 +64,15 @@ class OwnedFileBoard(SQLiteBoard):
         os.unlink(self._path)
 
 
-def sqlite_file(tasks: Sequence[Task], clock: Clock) -> SQLiteBoard:
+def _in_a_new_file(board: type[OwnedFileBoard], tasks: Sequence[Task], clock: Clock) -> SQLiteBoard:
+    """``board`` on a database file of its own, which it removes when closed."""
     fd, path = tempfile.mkstemp(suffix=".sqlite", prefix="taskboard-protocol-")
     os.close(fd)
-    return OwnedFileBoard(tasks, clock, path)
+    return board(tasks, clock, path)
+
+
+def sqlite_file(tasks: Sequence[Task], clock: Clock) -> SQLiteBoard:
+    return _in_a_new_file(OwnedFileBoard, tasks, clock)
 
 
 class SplitClaimBoard(SQLiteBoard):
@@ -100,9 +105,7 @@ class OwnedSplitClaimBoard(SplitClaimBoard, OwnedFileBoard):
 
 
 def split_claim_file(tasks: Sequence[Task], clock: Clock) -> SQLiteBoard:
-    fd, path = tempfile.mkstemp(suffix=".sqlite", prefix="taskboard-protocol-")
-    os.close(fd)
-    return OwnedSplitClaimBoard(tasks, clock, path)
+    return _in_a_new_file(OwnedSplitClaimBoard, tasks, clock)
 
 
 class LockHoldingYieldBoard(SQLiteBoard):
@@ -122,9 +125,7 @@ class OwnedLockHoldingYieldBoard(LockHoldingYieldBoard, OwnedFileBoard):
 
 
 def lock_holding_file(tasks: Sequence[Task], clock: Clock) -> SQLiteBoard:
-    fd, path = tempfile.mkstemp(suffix=".sqlite", prefix="taskboard-protocol-")
-    os.close(fd)
-    return OwnedLockHoldingYieldBoard(tasks, clock, path)
+    return _in_a_new_file(OwnedLockHoldingYieldBoard, tasks, clock)
 
 
 #: How long a process the checker left running outlives it (seconds).

@@ -70,6 +70,21 @@ def _env(entry: Entry, request: pytest.FixtureRequest) -> dict[str, str]:
     return {}
 
 
+def _fuzz_virtually(entry: Entry, libdir: Path, tmp_path: Path) -> FuzzResult:
+    """The entry's virtual-mode run, the release installed in ``libdir`` first on the path."""
+    return fuzz(
+        entry.virtual_target,
+        libdir,
+        tmp_path,
+        seed=entry.seed,
+        max_examples=entry.virtual_examples,
+        shrink_budget=entry.shrink_budget,
+        options=entry.options,
+        clock="virtual",
+        timeout=120,
+    )
+
+
 def _described(result: FuzzResult) -> str:
     return f"exit {result.returncode} after {result.seconds:.1f} s:\n{result.output[-4000:]}"
 
@@ -130,17 +145,7 @@ def test_virtual_mode_catches_the_buggy_release_and_passes_the_fixed(
     if entry.redis and shutil.which("redis-server") is None:
         unavailable("redis-server is not on PATH: no server to put on the virtual clock")
     version = entry.buggy if release == "buggy" else entry.fixed
-    result = fuzz(
-        entry.virtual_target,
-        _installed(entry, version, lib_cache),
-        tmp_path,
-        seed=entry.seed,
-        max_examples=entry.virtual_examples,
-        shrink_budget=entry.shrink_budget,
-        options=entry.options,
-        clock="virtual",
-        timeout=120,
-    )
+    result = _fuzz_virtually(entry, _installed(entry, version, lib_cache), tmp_path)
     if release == "buggy":
         assert result.violation, _described(result)
         assert result.shrunk_steps, _described(result)
@@ -166,17 +171,7 @@ def test_a_race_entry_shrinks_to_two_agents_and_replays_exactly(
     if shutil.which("redis-server") is None:
         unavailable("redis-server is not on PATH: no server to put on the virtual clock")
     buggy = _installed(entry, entry.buggy, lib_cache)
-    result = fuzz(
-        entry.virtual_target,
-        buggy,
-        tmp_path,
-        seed=entry.seed,
-        max_examples=entry.virtual_examples,
-        shrink_budget=entry.shrink_budget,
-        options=entry.options,
-        clock="virtual",
-        timeout=120,
-    )
+    result = _fuzz_virtually(entry, buggy, tmp_path)
     assert result.violation, _described(result)
     assert result.trace_file is not None
     assert result.shrunk_threads == 2, _described(result)
