@@ -924,6 +924,58 @@ class UnlockedCompleteBoard(LockPerTaskBoard):
         self._tasks[task_id] = replace(task, state=state, owner="", lease=None, seq=task.seq + 1)
 
 
+class RenewNeverShortensBoard(LockPerTaskBoard):
+    """Renew keeps the later of the old ``until`` and ``now + ttl`` ("a keep-alive never
+    shortens a lease"), and a renew to no expiry keeps the old ``until``."""
+
+    def _until(self, now: datetime, ttl: timedelta) -> datetime | None:
+        return now + ttl if ttl > timedelta(0) else None
+
+    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
+        old = self._tasks[task_id].lease if task_id in self._tasks else None
+        task = super().renew(task_id, token, request)
+        if old is None or old.until is None or task.lease is None:
+            return task
+        until = task.lease.until
+        if until is None or until < old.until:
+            task = replace(task, lease=replace(task.lease, until=old.until))
+            self._tasks[task_id] = task
+        return task
+
+
+class CachedBlockedBoard(LockPerTaskBoard):
+    """Memoizes the dependency check per task (an ``lru_cache`` on "are its deps done?"):
+    a task found blocked stays blocked after its dependencies are done."""
+
+    def __init__(self, tasks: Sequence[Task], clock: Clock) -> None:
+        super().__init__(tasks, clock)
+        self._deps_cache: dict[str, bool] = {}
+
+    def _deps_done(self, task: Task) -> bool:
+        if task.id not in self._deps_cache:
+            self._deps_cache[task.id] = super()._deps_done(task)
+        return self._deps_cache[task.id]
+
+
+class TokenOnlyLookupBoard(LockPerTaskBoard):
+    """Renew, release, complete and fail find the lease by its token alone (``UPDATE leases
+    ... WHERE token = $1``), checking only that ``task_id`` exists: another task's current
+    token acts on that other task."""
+
+    def _by_token(self, task_id: str, token: str) -> str:
+        self._get(task_id)
+        for tid, task in self._tasks.items():
+            if task.lease is not None and task.state == State.CLAIMED and task.lease.token == token:
+                return tid
+        return task_id
+
+    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
+        return super().renew(self._by_token(task_id, token), token, request)
+
+    def _finish(self, task_id: str, token: str, state: State) -> None:
+        super()._finish(self._by_token(task_id, token), token, state)
+
+
 class LuaRedisLiveAtUntilBoard(LuaRedisBoard):
     """The Lua scripts' live test is ``now <= until``: on the server's clock, a lease is
     still live at exactly ``until`` (takeover refused, renew accepted)."""
@@ -964,5 +1016,8 @@ BUGGY_BOARDS: tuple[type, ...] = (
     ShortTokenBoard,
     LingeringTokenBoard,
     UnlockedCompleteBoard,
+    RenewNeverShortensBoard,
+    CachedBlockedBoard,
+    TokenOnlyLookupBoard,
 )
 SERVER_BUGGY_BOARDS: tuple[type, ...] = (LuaRedisLiveAtUntilBoard, PostgresTimeFenceBoard)
