@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, ClassVar
 
 from taskboard import (
@@ -609,6 +609,102 @@ class ReturningPostgresBoard:
         self._finish(task_id, token, "failed")
 
 
+class UnusualButCorrectBoard(LockPerTaskBoard):
+    """Correct, with the freedoms SPEC leaves: ``seq`` and fences from one board-wide
+    counter (they jump at random), ``list_tasks`` in a shuffled order, every ``until``
+    returned in another time zone (UTC+05:30, the same instant), and SPEC 3.4 decided per
+    task (the default policy, "either"): the late calls of task ``t2`` are refused."""
+
+    expired_lease_policy: ClassVar[str] = "either"
+    _ZONE = timezone(timedelta(hours=5, minutes=30))
+
+    def __init__(self, tasks: Sequence[Task], clock: Clock) -> None:
+        super().__init__(tasks, clock)
+        self._counter = 0
+        self._counter_lock = threading.Lock()
+
+    def _tick(self) -> int:
+        with self._counter_lock:
+            self._counter += secrets.randbelow(3) + 1
+            return self._counter
+
+    def _until(self, now: datetime, ttl: timedelta) -> datetime | None:
+        until = super()._until(now, ttl)
+        return until.astimezone(self._ZONE) if until is not None else None
+
+    def _next_fence(self, task: Task) -> int:
+        self._fences[task.id] = self._tick()
+        return self._fences[task.id]
+
+    def _grant(self, task: Task, agent: str, now: datetime, ttl: timedelta) -> Task:
+        new = replace(super()._grant(task, agent, now, ttl), seq=self._tick())
+        self._tasks[task.id] = new
+        return new
+
+    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
+        _, lock = self._get(task_id)
+        with lock:
+            task = self._tasks[task_id]
+            now = self._now()
+            if not self._may_renew(task, token, now):
+                raise LeaseLostError(task_id)
+            assert task.lease is not None
+            lease = replace(task.lease, until=self._until(now, request.ttl))
+            new = replace(task, lease=lease, seq=self._tick())
+            self._tasks[task_id] = new
+            return new
+
+    def _finish(self, task_id: str, token: str, state: State) -> None:
+        _, lock = self._get(task_id)
+        with lock:
+            task = self._tasks[task_id]
+            now = self._now()
+            if not self._owns(task, token):
+                raise LeaseLostError(task_id)
+            lease = task.lease
+            if lease is not None and not self._live(lease, now) and task_id == "t2":
+                raise LeaseLostError(task_id)  # SPEC 3.4: this task's late calls are refused
+            self._tasks[task_id] = replace(
+                task, state=state, owner="", lease=None, seq=self._tick()
+            )
+
+    def list_tasks(self) -> list[Task]:
+        tasks = super().list_tasks()
+        return secrets.SystemRandom().sample(tasks, len(tasks))
+
+
+class CoinFlipExpiredBoard(LockPerTaskBoard):
+    """Correct per SPEC 3.4 (policy "either"): a release, complete or fail by the current
+    token of an expired lease nobody took over is accepted or refused per call, as a race
+    with a background expiry job would decide it (here a coin flip)."""
+
+    expired_lease_policy: ClassVar[str] = "either"
+
+    def _may_finish(self, task: Task, token: str, now: datetime) -> bool:
+        if not self._owns(task, token):
+            return False
+        return self._live(task.lease, now) or secrets.randbelow(2) == 0
+
+
+class FlooredTtlBoard(LockPerTaskBoard):
+    """Correct: stores whole milliseconds and floors a TTL to them (SPEC lets a TTL below the
+    resolution round either way, never to "no expiry"): half a millisecond becomes a lease
+    that ends at once (``until == now``)."""
+
+    def _until(self, now: datetime, ttl: timedelta) -> datetime | None:
+        if ttl <= timedelta(0):
+            return None
+        return now + (ttl // timedelta(milliseconds=1)) * timedelta(milliseconds=1)
+
+
+class SortedDepsBoard(LockPerTaskBoard):
+    """Keeps dependencies as a set and lists them sorted (Redis ``SMEMBERS``, a sorted SQL
+    array): the same dependencies, perhaps in another order than given."""
+
+    def list_tasks(self) -> list[Task]:
+        return [replace(t, deps=tuple(sorted(t.deps, reverse=True))) for t in super().list_tasks()]
+
+
 # ---------------------------------------------------------------------------------------
 # Buggy variants: one production bug each.
 # ---------------------------------------------------------------------------------------
@@ -990,7 +1086,12 @@ class PostgresTimeFenceBoard(ReturningPostgresBoard):
     fence_expr: ClassVar[str] = "(extract(epoch FROM %(now)s::timestamptz) * 1000)::bigint"
 
 
-CORRECT_BOARDS: tuple[type, ...] = (LockPerTaskBoard,)
+CORRECT_BOARDS: tuple[type, ...] = (
+    LockPerTaskBoard,
+    UnusualButCorrectBoard,
+    FlooredTtlBoard,
+    SortedDepsBoard,
+)
 SERVER_CORRECT_BOARDS: tuple[type, ...] = (LuaRedisBoard, ReturningPostgresBoard)
 BUGGY_BOARDS: tuple[type, ...] = (
     LiveAtUntilBoard,

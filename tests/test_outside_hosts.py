@@ -15,6 +15,8 @@ import taskboard.servers
 from taskboard.stateful import BoardMachine, run_parallel_state_machine, violations_in
 from tests import outside_hosts as oh
 
+deep = pytest.mark.deep
+
 
 def _settings(examples: int, *, shrink: bool = True) -> settings:
     return settings(
@@ -62,9 +64,25 @@ def _postgres_machine(board_cls: type, url: str) -> type[BoardMachine]:
     )
 
 
-def test_lock_per_task_board_passes() -> None:
-    """The in-memory board with a lock per task passes sequential and parallel programs."""
-    _passes(BoardMachine.for_board(oh.LockPerTaskBoard), 60, 15)
+@pytest.mark.parametrize("board_cls", oh.CORRECT_BOARDS, ids=lambda c: c.__name__)
+def test_correct_memory_board_passes(board_cls: type) -> None:
+    """A correct in-memory board (a lock per task; with jumping counters, a shuffled listing,
+    another time zone and a per-task SPEC 3.4 choice; floored TTLs; sorted dependencies)
+    passes sequential and parallel programs."""
+    _passes(BoardMachine.for_board(board_cls), 30, 8)
+
+
+@deep
+@pytest.mark.xfail(
+    strict=True,
+    reason="false alarm: a board whose SPEC 3.4 choice is not a function of the history "
+    "makes Hypothesis's draws differ on replay (FlakyStrategyDefinition), reported by "
+    "`taskboard fuzz` as a contract violation",
+)
+def test_per_call_expired_lease_choice_passes() -> None:
+    """A board that accepts or refuses an expired lease's current token per call (SPEC 3.4,
+    policy "either") passes."""
+    _passes(BoardMachine.for_board(oh.CoinFlipExpiredBoard), 200, 10)
 
 
 def test_lua_redis_board_passes_on_the_wall_clock(redis_server_url: str) -> None:
@@ -76,9 +94,6 @@ def test_returning_postgres_board_passes(postgres_server_url: str) -> None:
     """The PostgreSQL board (one UPDATE ... RETURNING per operation) passes, a client per
     thread."""
     _passes(_postgres_machine(oh.ReturningPostgresBoard, postgres_server_url), 15, 6)
-
-
-deep = pytest.mark.deep
 
 
 def _case(board_cls: type, clause: str, *marks: pytest.MarkDecorator) -> Any:
@@ -130,17 +145,6 @@ def test_torn_snapshot_is_caught() -> None:
     """A claim written in two steps, listed without the lock, shows a claimed task without a
     lease to a concurrent list_tasks."""
     _caught_at(BoardMachine.for_board(oh.TornWriteBoard), parallel=True)
-
-
-@deep
-@pytest.mark.xfail(
-    strict=True,
-    reason="missed: a board lives one example (a handful of claims), too short for 16-bit "
-    "tokens to repeat; 8-bit ones are caught in about 2 s",
-)
-def test_short_tokens_are_caught() -> None:
-    """Tokens of 16 random bits repeat within a board's life (SPEC 3.1: never issued before)."""
-    _caught_at(BoardMachine.for_board(oh.ShortTokenBoard))
 
 
 @pytest.mark.parametrize("board_cls", [oh.UnlockedCheckBoard, oh.UnlockedCompleteBoard])
