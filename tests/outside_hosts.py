@@ -1072,6 +1072,54 @@ class TokenOnlyLookupBoard(LockPerTaskBoard):
         super()._finish(self._by_token(task_id, token), token, state)
 
 
+class CappedTtlBoard(LockPerTaskBoard):
+    """Clamps every lease to at most 60 s (a store's "maximum lease", undeclared): a claim
+    or renew for longer gets a shorter lease than asked."""
+
+    def _until(self, now: datetime, ttl: timedelta) -> datetime | None:
+        return super()._until(now, min(ttl, timedelta(seconds=60)))
+
+
+class ClientBlockedCacheBoard:
+    """Clients of one shared store, each with its own memo of "task X is blocked" that it
+    clears only on its own successful completes: a client that saw a task blocked keeps
+    refusing it after another client completes the dependency."""
+
+    def __init__(self, tasks: Sequence[Task], clock: Clock, *, store: Any = None) -> None:
+        self._store: LockPerTaskBoard = (
+            store if store is not None else LockPerTaskBoard(tasks, clock)
+        )
+        self._blocked: set[str] = set()
+
+    def open_client(self) -> ClientBlockedCacheBoard:
+        return ClientBlockedCacheBoard([], SystemClockless(), store=self._store)
+
+    def list_tasks(self) -> list[Task]:
+        return self._store.list_tasks()
+
+    def claim(self, task_id: str, agent: str, request: ClaimRequest) -> Task:
+        if task_id in self._blocked:
+            raise BlockedError(task_id)
+        try:
+            return self._store.claim(task_id, agent, request)
+        except BlockedError:
+            self._blocked.add(task_id)
+            raise
+
+    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
+        return self._store.renew(task_id, token, request)
+
+    def release(self, task_id: str, token: str) -> None:
+        self._store.release(task_id, token)
+
+    def complete(self, task_id: str, token: str) -> None:
+        self._store.complete(task_id, token)
+        self._blocked.clear()
+
+    def fail(self, task_id: str, token: str) -> None:
+        self._store.fail(task_id, token)
+
+
 class LuaRedisLiveAtUntilBoard(LuaRedisBoard):
     """The Lua scripts' live test is ``now <= until``: on the server's clock, a lease is
     still live at exactly ``until`` (takeover refused, renew accepted)."""
@@ -1120,5 +1168,7 @@ BUGGY_BOARDS: tuple[type, ...] = (
     RenewNeverShortensBoard,
     CachedBlockedBoard,
     TokenOnlyLookupBoard,
+    CappedTtlBoard,
+    ClientBlockedCacheBoard,
 )
 SERVER_BUGGY_BOARDS: tuple[type, ...] = (LuaRedisLiveAtUntilBoard, PostgresTimeFenceBoard)

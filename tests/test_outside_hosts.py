@@ -147,6 +147,32 @@ def test_torn_snapshot_is_caught() -> None:
     _caught_at(BoardMachine.for_board(oh.TornWriteBoard), parallel=True)
 
 
+@deep
+@pytest.mark.xfail(
+    strict=True,
+    reason="missed: TTLs are drawn up to 10,000 resolutions (10 s at 1 ms), so a store "
+    "that clamps leases at 60 s is never asked for a longer one",
+)
+def test_capped_ttl_is_caught() -> None:
+    """A store that silently clamps every lease to 60 s breaks ``until = now + ttl``."""
+    _caught_at(BoardMachine.for_board(oh.CappedTtlBoard))
+
+
+@deep
+@pytest.mark.xfail(
+    strict=True,
+    reason="missed: sequential programs use one client, and the parallel programs did not "
+    "(in 60 s, OS or controlled scheduling) make a thread claim a task again after another "
+    "thread's client completed its dependency",
+)
+def test_client_local_blocked_cache_is_caught() -> None:
+    """A client that memoizes "blocked" keeps refusing a task another client unblocked."""
+    machine = BoardMachine.for_board(
+        oh.ClientBlockedCacheBoard, open_client=lambda board: board.open_client()
+    )
+    _caught_at(machine, parallel=True)
+
+
 @pytest.mark.parametrize("board_cls", [oh.UnlockedCheckBoard, oh.UnlockedCompleteBoard])
 def test_check_then_act_race_is_caught_by_threads(board_cls: type) -> None:
     """A claim or complete that checks outside the task's lock succeeds twice at once."""
