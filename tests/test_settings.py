@@ -51,6 +51,7 @@ EXAMPLES: dict[str, Any] = {
     "race_scheduling": "controlled",
     "race_exploration": "pct",
     "pct_depth": 2,
+    "answers_vary": True,
     "durable": False,
     "nemesis": ("drop",),
     "trace_dir": "some/traces",

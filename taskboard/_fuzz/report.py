@@ -54,6 +54,9 @@ class FuzzReport:
     parallel_runs: int = 0
     #: ``"mixed"``, ``"sequential"`` (races were not checked) or ``"parallel"``.
     mode: str = "mixed"
+    #: The board answered the same steps differently on a replay, and the run went on with
+    #: ``answers_vary`` set (see :class:`~taskboard.stateful.AnswersVaried`).
+    answers_varied: bool = False
     #: Seconds spent running parallel programs (all workers together).
     parallel_seconds: float = 0.0
     #: In parallel programs, each thread call's (operation, outcome): their coverage.
@@ -156,13 +159,27 @@ class FuzzReport:
         self.shrink_runs += other.shrink_runs
         self.shrink_cut = self.shrink_cut or other.shrink_cut
         self.interrupted = self.interrupted or other.interrupted
+        self.answers_varied = self.answers_varied or other.answers_varied
         if other.operations is not None:
             self.operations = (self.operations or frozenset()) | other.operations
 
 
 def run_notes(report: FuzzReport) -> list[str]:
     """What a run did not do that its mode promises, and why: a mixed run that ran no
-    parallel program, a run whose machine opens clients that opened none."""
+    parallel program, a run whose machine opens clients that opened none; and how it changed
+    its draws for a board whose answers varied."""
+    notes = []
+    if report.answers_varied:
+        notes.append(
+            "the board answered the same steps differently on a replay (where SPEC leaves it "
+            "a choice, as 3.4's expired lease): no violation, and the run went on with "
+            "answers_vary = True, drawing independently of answers (set it on the machine "
+            "to start so)"
+        )
+    return notes + _race_notes(report)
+
+
+def _race_notes(report: FuzzReport) -> list[str]:
     if report.mode != "mixed" or report.parallel_runs:
         return []
     if report.find_seconds is not None:

@@ -26,6 +26,7 @@ from taskboard.stateful._hypothesis import shrinking_for_at_most
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._parallel import run_parallel_state_machine
 from taskboard.stateful._reports import (
+    AnswersVaried,
     Failure,
     InfrastructureFault,
     failures_reported,
@@ -181,6 +182,9 @@ class Run:
                 except KeyboardInterrupt:
                     report.interrupted = True
                     return None
+                except AnswersVaried:  # a board's allowed choice, not a failure: go on
+                    self.machine.answers_vary = True
+                    report.answers_varied = True
                 except InfrastructureFault as fault:
                     report.failure, report.fault = str(fault), True
                     report.trace_file = fault.trace_file

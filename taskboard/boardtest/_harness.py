@@ -127,6 +127,7 @@ class ContractHarness:
     race_scheduling: ClassVar[str] = default("race_scheduling")
     race_exploration: ClassVar[str] = default("race_exploration")
     pct_depth: ClassVar[int] = default("pct_depth")
+    answers_vary: ClassVar[bool] = default("answers_vary")
     durable: ClassVar[bool] = default("durable")
     nemesis: ClassVar[tuple[str, ...] | None] = default("nemesis")
     trace_dir: ClassVar[str | None] = default("trace_dir")

@@ -10,7 +10,7 @@ from taskboard.stateful._limits import LeaseLimits
 from taskboard.stateful._machine import BoardMachine
 from taskboard.stateful._parallel import run_parallel_state_machine
 from taskboard.stateful._replay import ReplayResult, replay_trace
-from taskboard.stateful._reports import InfrastructureFault
+from taskboard.stateful._reports import AnswersVaried, InfrastructureFault
 from taskboard.stateful._timeline import timeline_html
 from taskboard.stateful._tracefile import (
     SCHEMA_VERSION,
@@ -28,6 +28,7 @@ from taskboard.stateful._tracefile import (
 __all__ = [
     "SCHEMA_VERSION",
     "TRACE_DIR_ENV",
+    "AnswersVaried",
     "BoardMachine",
     "CallTimeoutError",
     "ContractViolation",

@@ -113,6 +113,8 @@ class MachineConfig:
     policy: ExpiredLeasePolicy
     call_timeout: timedelta | None
     tolerate_faults: bool | tuple[type[Exception], ...]
+    #: ``answers_vary``: the board's answers to the same steps may differ between runs.
+    answers_vary: bool
     durable: bool
     #: The nemesis steps (SPEC 9) the class defines hooks for, and those that run as rules.
     defined_nemesis: tuple[str, ...]
@@ -142,9 +144,10 @@ class MachineConfig:
     @property
     def outcomes_vary(self) -> bool:
         """True when one example's outcomes may differ between its runs: on the wall clock,
-        and when faults are tolerated (a dropped connection, a restart's timing). What
-        Hypothesis draws must then not depend on outcomes, or a replay is flaky."""
-        return self.wall or self.tolerate_faults is not False
+        when faults are tolerated (a dropped connection, a restart's timing), and on a board
+        whose allowed choices vary (``answers_vary``). What Hypothesis draws must then not
+        depend on outcomes, or a replay is flaky."""
+        return self.wall or self.tolerate_faults is not False or self.answers_vary
 
     @property
     def ttl_unit(self) -> timedelta:

@@ -280,6 +280,13 @@ class BoardMachine(RuleBasedStateMachine):
       (strict priorities, no change point) to 10 (default 3). A race that needs ``d``
       ordering constraints is found with probability at least ``1 / (n * k ** (d - 1))``
       per run (``n`` threads, ``k`` points) at depth ``d``.
+    * ``answers_vary``: the board may answer the same steps differently from one run to the
+      next where SPEC leaves it a choice (SPEC 3.4 decided per call, a reaper thread that
+      ends expired leases when it gets to them). Default ``False``: the rules then draw
+      from what the board answered, which Hypothesis needs to repeat on a replay; ``True``
+      makes the draws independent of answers, as on the wall clock. A run that meets such a
+      board without it stops with :class:`~taskboard.stateful.AnswersVaried`; ``taskboard
+      fuzz`` and ``BoardContract`` then go on with it set, and say so.
     * ``durable``: SPEC 9, whether the board keeps everything it acknowledged across
       :meth:`restart_storage` (default ``True``). ``False``: after a restart it may show, per
       task, any state it held since the last restart; fences and tokens never repeat.
@@ -316,6 +323,7 @@ class BoardMachine(RuleBasedStateMachine):
     race_scheduling: ClassVar[str] = default("race_scheduling")
     race_exploration: ClassVar[str] = default("race_exploration")
     pct_depth: ClassVar[int] = default("pct_depth")
+    answers_vary: ClassVar[bool] = default("answers_vary")
     durable: ClassVar[bool] = default("durable")
     nemesis: ClassVar[tuple[str, ...] | None] = default("nemesis")
     trace_dir: ClassVar[str | None] = default("trace_dir")

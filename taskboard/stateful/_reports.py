@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 import hypothesis
-from hypothesis.errors import Flaky
+from hypothesis.errors import Flaky, FlakyStrategyDefinition
 
 from taskboard._clock import as_utc
 from taskboard._contract import Task
@@ -59,6 +59,30 @@ __all__ = [
 
 #: The clause a fault's verdict names in a trace file.
 FAULT_CLAUSE = "infrastructure fault"
+
+
+class AnswersVaried(Exception):
+    """The board answered the same steps differently on Hypothesis's replay of an example,
+    and no contract violation was seen: not a verdict on the board.
+
+    Raised at the end of a run of a machine whose ``answers_vary`` is ``False`` (and that
+    runs on the manual or virtual clock, with no tolerated faults) when Hypothesis finds the
+    data an example draws changed on replay (``FlakyStrategyDefinition``). Where SPEC leaves
+    a board a choice (an expired lease's current token, SPEC 3.4; a reaper that ends leases
+    when it gets to them), a board may make it differently each time; the rules drew from
+    its answers, which Hypothesis needs repeated. Set ``answers_vary = True`` on the machine
+    to draw independently of answers; ``taskboard fuzz`` and ``BoardContract`` do that by
+    themselves and go on.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the board answered the same steps differently when Hypothesis replayed an "
+            "example, and no contract violation was seen: where SPEC leaves it a choice (SPEC "
+            "3.4's expired lease, a reaper's timing) a board may choose differently each time, "
+            "but the rules drew from its answers. Set answers_vary = True on the machine so "
+            "that what is drawn does not depend on them (as on the wall clock)."
+        )
 
 
 class InfrastructureFault(Exception):
@@ -496,7 +520,7 @@ class _FailuresReported:
                 report = error.fault
                 report.__cause__, report.__suppress_context__ = error.fault.exception, True
             elif isinstance(error, Flaky):
-                report = unrepeated_failure(error, self.machine_cls)
+                report = unrepeated_failure(error, self.machine_cls) or _varied(error, self)
                 if report is not None:
                     report.__cause__, report.__suppress_context__ = None, True
             elif isinstance(error, ContractViolation | InfrastructureFault):
@@ -508,6 +532,15 @@ class _FailuresReported:
             if self.machine_cls is not None:
                 _first_failures().pop(self.machine_cls, None)
             self.run_block.__exit__(None, None, None)
+
+
+def _varied(error: Flaky, reported: _FailuresReported) -> AnswersVaried | None:
+    """The :class:`AnswersVaried` a Flaky error with no failure in it is, on a machine whose
+    draws follow the board's answers; ``None`` otherwise."""
+    machine = reported.machine_cls
+    if not isinstance(error, FlakyStrategyDefinition) or machine is None:
+        return None
+    return None if MachineConfig.of(machine).outcomes_vary else AnswersVaried()
 
 
 def with_first_found(error: Failure, machine_cls: type | None) -> Failure:

@@ -420,6 +420,16 @@ SETTINGS: tuple[Setting, ...] = (
         fuzz=FuzzFlag("pct_depth", int),
     ),
     Setting(
+        "answers_vary",
+        False,
+        _true_or_false,
+        "the board may answer the same steps differently from run to run where SPEC leaves "
+        "it a choice (3.4 decided per call, a background reaper): what Hypothesis draws then "
+        "does not depend on answers, as on the wall clock",
+        config="answers_vary",
+        for_board=True,
+    ),
+    Setting(
         "durable",
         True,
         _true_or_false,

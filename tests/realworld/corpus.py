@@ -474,6 +474,38 @@ def _print_virtual_row(entry: Entry, workdir: Path, seed: int) -> None:
     print(_row(entry, *results), flush=True)
 
 
+#: What the reach table allows each buggy release: a nightly user's example count.
+REACH_EXAMPLES = 200
+
+
+def _print_reach_row(entry: Entry, workdir: Path, seeds: Sequence[int], clock: str) -> None:
+    """Fuzz ``entry``'s buggy release once per seed, up to :data:`REACH_EXAMPLES`, without
+    shrinking, and print the examples each seed took to catch it (``-``: not caught)."""
+    if clock == "virtual" and entry.wall_only:
+        print(f"| {entry.dist} | {entry.buggy} | wall mode only: {entry.wall_only} |")
+        return
+    libdir = install(entry.dist_of(entry.buggy), entry.buggy, entry.pins)
+    caught = []
+    for seed in seeds:
+        result = fuzz(
+            entry.virtual_target if clock == "virtual" else entry.target,
+            libdir,
+            workdir / f"reach-{entry.name}-{seed}-{clock}",
+            seed=seed,
+            max_examples=REACH_EXAMPLES,
+            shrink_budget="1ms",
+            options=entry.options,
+            clock=clock,
+        )
+        runs = result.program_runs if entry.races else result.examples
+        caught.append(str(runs) if result.violation else "-")
+    hits = sum(c != "-" for c in caught)
+    print(
+        f"| {entry.dist} | {entry.buggy} | {hits} of {len(seeds)} | {', '.join(caught)} |",
+        flush=True,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--deep", action="store_true", help="also the slow (whole-second) entries")
@@ -485,7 +517,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="run the entries in virtual mode (MODULE:virtual, each with its virtual_examples)",
     )
+    parser.add_argument(
+        "--reach",
+        type=int,
+        nargs="+",
+        metavar="SEED",
+        help=f"only the buggy releases, once per SEED, up to {REACH_EXAMPLES} examples each "
+        "and no shrinking: print how many examples each seed took to catch the bug "
+        "(with --virtual, in virtual mode; --deep adds the slow wall-mode entries)",
+    )
     args = parser.parse_args(argv)
+    if args.reach:
+        clock = "virtual" if args.virtual else "wall"
+        print(f"| library | buggy | caught within {REACH_EXAMPLES} | examples per seed |")
+        print("| --- | --- | --- | --- |")
+        for entry in CORPUS:
+            wanted = args.only in (None, entry.name)
+            slow = clock == "wall" and entry.deep and not args.deep
+            if clock == "wall" and entry.virtual_only:
+                continue
+            if wanted and not (slow and args.only is None):
+                _print_reach_row(entry, args.workdir, args.reach, clock)
+        return 0
     print("| library | buggy → fixed | verdict | caught in | shrunk steps | fixed: exit |")
     print("| --- | --- | --- | --- | --- | --- |")
     for entry in CORPUS:
