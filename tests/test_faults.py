@@ -575,12 +575,14 @@ FlakyOnce.expired_lease_policy = "accept"  # type: ignore[misc]
 
 
 def test_fuzz_reports_a_fault_that_does_not_recur_as_a_fault(tmp_path: Path) -> None:
-    """A blip Hypothesis cannot replay (Flaky) is still a fault (exit 3), not a violation."""
+    """A blip Hypothesis cannot replay (Flaky) in a sequential example is still a fault
+    (exit 3), not a violation."""
     FlakyOnce.blipped = False
     report = fuzz(
         "tests.test_faults:FlakyOnce",
         budget=60,
         max_examples=50,
+        mode="sequential",
         seed=1,
         database=str(tmp_path / "db"),
         trace_dir=str(tmp_path / "traces"),
