@@ -7,8 +7,8 @@ by ``python -m taskboard fuzz`` in a subprocess, with that release first on
 buggy release must be caught (exit 1, a contract violation, a trace
 written); the fixed one must pass (exit 0) over its examples. See ``docs/real-bugs.md``.
 
-Slow (each run sleeps through real leases). The whole-second python-redis-lock entry is
-deep: ``pytest -m deep tests/realworld``. The Redis entries need ``TASKBOARD_REDIS_URL``
+Slow (each run sleeps through real leases). The wall-mode runs of an entry that also runs
+in virtual mode are deep (``pytest -m deep tests/realworld``): CI runs the virtual ones. The Redis entries need ``TASKBOARD_REDIS_URL``
 like every server test (CI fails rather than skips without it), and installing needs pip
 to reach PyPI (an install failure is a skip, and a failure where CI requires servers).
 """
@@ -37,8 +37,15 @@ pytestmark = pytest.mark.slow
 
 
 def _params() -> list[object]:
+    """Each entry's wall-mode runs: deep where the entry is, and where its virtual-mode runs
+    (which CI runs) check the same release; CI's wall-mode runs are the entries that stay in
+    wall mode."""
     return [
-        pytest.param(entry, id=entry.name, marks=[pytest.mark.deep] if entry.deep else [])
+        pytest.param(
+            entry,
+            id=entry.name,
+            marks=[pytest.mark.deep] if entry.deep or entry.virtual_examples else [],
+        )
         for entry in CORPUS
         if not entry.virtual_only
     ]
