@@ -8,9 +8,10 @@ buggy release must be caught (exit 1, a contract violation, a trace
 written); the fixed one must pass (exit 0) over its examples. See ``docs/real-bugs.md``.
 
 Slow (each run sleeps through real leases). The wall-mode runs of an entry that also runs
-in virtual mode are deep (``pytest -m deep tests/realworld``): CI runs the virtual ones. The Redis entries need ``TASKBOARD_REDIS_URL``
-like every server test (CI fails rather than skips without it), and installing needs pip
-to reach PyPI (an install failure is a skip, and a failure where CI requires servers).
+in virtual mode are deep (``pytest -m deep tests/realworld``): CI runs the virtual ones.
+The Redis entries need ``TASKBOARD_REDIS_URL`` like every server test (CI fails rather than
+skips without it), and installing needs pip to reach PyPI (an install failure is a skip,
+and a failure where CI requires servers).
 """
 
 from __future__ import annotations
