@@ -228,9 +228,12 @@ def test_fuzz_shrinks_by_replay_what_hypothesis_left_within_the_shrink_budget(
     )
     report = fuzz("taskboard.hosts.mutants:RenewWithoutTokenCheck", options, progress=None)
     assert report.trace_file is not None
-    assert report.replay_shrink.startswith("shrunk by replay from ")
+    shrunk = re.match(r"shrunk by replay from (\d+) steps to (\d+)", report.replay_shrink)
+    assert shrunk is not None, report.replay_shrink
+    assert int(shrunk.group(2)) < int(shrunk.group(1))
     assert "note: shrunk by replay from" in (report.failure or "")
-    assert len(load_trace(report.trace_file).steps) <= 5
+    # How far it gets in the second left depends on the machine's load: the file holds it.
+    assert len(load_trace(report.trace_file).steps) == int(shrunk.group(2))
 
 
 class Terminal(io.StringIO):

@@ -169,7 +169,9 @@ def test_a_correct_server_clock_postgres_board_passes_in_virtual_mode(
     run(machine(PostgresBoard, server), QUICK)
 
 
-@pytest.mark.slow
+# Deep: a virtual PostgreSQL server's postmaster has been seen to spin and stop accepting
+# connections a while into a long run (docs/races.md), which made the next test hang in CI.
+@pytest.mark.deep
 def test_a_correct_server_clock_postgres_board_passes_a_long_virtual_run(
     server: taskboard.servers.Postgres,
 ) -> None:
