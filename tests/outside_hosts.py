@@ -124,7 +124,7 @@ class LockPerTaskBoard:
 
     def _grant(self, task: Task, agent: str, now: datetime, ttl: timedelta) -> Task:
         lease = Lease(self._token(task.id, agent), self._next_fence(task), self._until(now, ttl))
-        new = replace(task, state=State.CLAIMED, owner=agent, lease=lease, seq=task.seq + 1)
+        new = replace(task, state=State.CLAIMED, owner=agent, lease=lease, seq=self._next_seq(task))
         self._tasks[task.id] = new
         return new
 
@@ -137,7 +137,7 @@ class LockPerTaskBoard:
                 raise LeaseLostError(task_id)
             assert task.lease is not None
             lease = replace(task.lease, until=self._until(now, request.ttl))
-            new = replace(task, lease=lease, seq=task.seq + 1)
+            new = replace(task, lease=lease, seq=self._next_seq(task))
             self._tasks[task_id] = new
             return new
 
@@ -151,8 +151,11 @@ class LockPerTaskBoard:
             if not self._may_finish(task, token, self._now()):
                 raise LeaseLostError(task_id)
             self._tasks[task_id] = replace(
-                task, state=state, owner="", lease=None, seq=task.seq + 1
+                task, state=state, owner="", lease=None, seq=self._next_seq(task)
             )
+
+    def _next_seq(self, task: Task) -> int:
+        return task.seq + 1
 
     def _may_finish(self, task: Task, token: str, now: datetime) -> bool:
         return self._owns(task, token)
@@ -636,37 +639,14 @@ class UnusualButCorrectBoard(LockPerTaskBoard):
         self._fences[task.id] = self._tick()
         return self._fences[task.id]
 
-    def _grant(self, task: Task, agent: str, now: datetime, ttl: timedelta) -> Task:
-        new = replace(super()._grant(task, agent, now, ttl), seq=self._tick())
-        self._tasks[task.id] = new
-        return new
+    def _next_seq(self, task: Task) -> int:
+        return self._tick()
 
-    def renew(self, task_id: str, token: str, request: ClaimRequest) -> Task:
-        _, lock = self._get(task_id)
-        with lock:
-            task = self._tasks[task_id]
-            now = self._now()
-            if not self._may_renew(task, token, now):
-                raise LeaseLostError(task_id)
-            assert task.lease is not None
-            lease = replace(task.lease, until=self._until(now, request.ttl))
-            new = replace(task, lease=lease, seq=self._tick())
-            self._tasks[task_id] = new
-            return new
-
-    def _finish(self, task_id: str, token: str, state: State) -> None:
-        _, lock = self._get(task_id)
-        with lock:
-            task = self._tasks[task_id]
-            now = self._now()
-            if not self._owns(task, token):
-                raise LeaseLostError(task_id)
-            lease = task.lease
-            if lease is not None and not self._live(lease, now) and task_id == "t2":
-                raise LeaseLostError(task_id)  # SPEC 3.4: this task's late calls are refused
-            self._tasks[task_id] = replace(
-                task, state=state, owner="", lease=None, seq=self._tick()
-            )
+    def _may_finish(self, task: Task, token: str, now: datetime) -> bool:
+        lease = task.lease
+        if lease is not None and not self._live(lease, now) and task.id == "t2":
+            return False  # SPEC 3.4: this task's late calls are refused
+        return self._owns(task, token)
 
     def list_tasks(self) -> list[Task]:
         tasks = super().list_tasks()
