@@ -172,31 +172,17 @@ def main(name: str) -> None:
         print("waiting for something that never comes", file=sys.stderr, flush=True)
         time.sleep(60)
         return
-    if name == "sqlite":
+    sqlite_boards = {
+        "sqlite": (sqlite_file, SQLiteBoard),
+        "sqlite-split-claim": (split_claim_file, SplitClaimBoard),
+        "sqlite-yield-holding-lock": (lock_holding_file, LockHoldingYieldBoard),
+    }
+    if name in sqlite_boards:
+        factory, board_cls = sqlite_boards[name]
         serve(
-            sqlite_file,
+            factory,
             shape=SQLiteBoard,
-            connect=lambda storage, clock: SQLiteBoard((), clock, storage),
-            storage_of=lambda board: board._path,
-            stdin=REQUESTS,
-            yield_points=True,
-        )
-        return
-    if name == "sqlite-split-claim":
-        serve(
-            split_claim_file,
-            shape=SQLiteBoard,
-            connect=lambda storage, clock: SplitClaimBoard((), clock, storage),
-            storage_of=lambda board: board._path,
-            stdin=REQUESTS,
-            yield_points=True,
-        )
-        return
-    if name == "sqlite-yield-holding-lock":
-        serve(
-            lock_holding_file,
-            shape=SQLiteBoard,
-            connect=lambda storage, clock: LockHoldingYieldBoard((), clock, storage),
+            connect=lambda storage, clock: board_cls((), clock, storage),
             storage_of=lambda board: board._path,
             stdin=REQUESTS,
             yield_points=True,
